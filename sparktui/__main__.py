@@ -1,0 +1,5 @@
+import sys
+
+from sparktui.cli import main
+
+sys.exit(main())

@@ -1,0 +1,182 @@
+"""Plain data the whole program shares: node state, the cluster snapshot, findings."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Severity = Literal["error", "warning", "info"]
+SEVERITY_RANK: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing wrong (or worth knowing), from a live check or a log line.
+
+    `id` names the kind (`ray-ip-mismatch`, or a knowledge-base pattern id); `node` is the
+    node it concerns (None for the whole cluster); `fix` is what to do, with live names
+    and IPs filled in where known.
+    """
+
+    id: str
+    severity: Severity
+    node: str | None
+    message: str
+    fix: str = ""
+    source: Literal["check", "log"] = "check"
+    category: str | None = None
+    title: str | None = None
+    explanation: str = ""
+    links: tuple[str, ...] = ()
+    line: int | None = None
+    text: str | None = None
+    captures: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["links"] = list(self.links)
+        return d
+
+
+@dataclass
+class Container:
+    name: str
+    image: str
+    state: str  # created, running, paused, restarting, removing, exited, dead
+    status: str  # "Up 3 minutes", "Exited (0) 8 days ago"
+    id: str = ""
+    created_at: str = ""
+    running_for: str = ""
+    command: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+
+@dataclass
+class Gpu:
+    index: int
+    name: str
+    memory_used_mib: int | None
+    memory_total_mib: int | None
+    unified: bool = False
+    utilization_pct: int | None = None
+    uuid: str = ""
+
+
+@dataclass
+class GpuProcess:
+    pid: int
+    process_name: str
+    used_memory_mib: int | None
+
+
+@dataclass
+class RayNode:
+    """One row of Ray's node table (dead rows included)."""
+
+    node_id: str
+    ip: str  # NodeManagerAddress: the IP Ray registered the node under
+    alive: bool
+    is_head: bool = False
+    hostname: str = ""
+    gpus: float = 0.0
+    cpus: float = 0.0
+    death_reason: str = ""
+
+
+@dataclass
+class RayView:
+    """What Ray says about one configured node."""
+
+    registered_ip: str | None = None
+    alive: bool | None = None
+    gpus: float | None = None
+    node_id: str | None = None
+    death_reason: str = ""
+
+
+@dataclass
+class Interface:
+    name: str
+    state: str  # UP, DOWN, UNKNOWN
+    ipv4: list[str] = field(default_factory=list)
+
+
+@dataclass
+class NodeState:
+    name: str
+    host: str
+    role: str  # head | worker
+    configured_ip: str | None
+    reachable: bool = False
+    error: str | None = None
+    interfaces: list[Interface] = field(default_factory=list)
+    containers: list[Container] = field(default_factory=list)
+    gpus: list[Gpu] = field(default_factory=list)
+    gpu_processes: list[GpuProcess] = field(default_factory=list)
+    ray: RayView = field(default_factory=RayView)
+    env: dict[str, str] = field(default_factory=dict)  # as the container's processes see it
+    mem_total_mib: int | None = None
+    mem_available_mib: int | None = None
+    probe_seconds: float | None = None
+    probed_at: float = field(default_factory=time.time)
+
+    @property
+    def ips(self) -> list[str]:
+        return [ip for iface in self.interfaces for ip in iface.ipv4]
+
+    def container(self, name: str | None) -> Container | None:
+        for c in self.containers:
+            if c.name == name:
+                return c
+        return None
+
+
+@dataclass
+class VllmStatus:
+    """The vLLM server as seen from /health and /metrics on the head."""
+
+    healthy: bool | None = None  # None: not reachable / not serving
+    detail: str = ""
+    running: float | None = None
+    waiting: float | None = None
+    kv_cache_pct: float | None = None
+    generation_tokens_total: float | None = None
+    prompt_tokens_total: float | None = None
+    tokens_per_s: float | None = None
+    version: str | None = None
+
+
+@dataclass
+class ClusterSnapshot:
+    cluster: str
+    nodes: list[NodeState]
+    ray_nodes: list[RayNode] = field(default_factory=list)
+    ray_source: str | None = None  # which node answered the Ray table, or None
+    ray_error: str | None = None
+    vllm: VllmStatus = field(default_factory=VllmStatus)
+    findings: list[Finding] = field(default_factory=list)
+    taken_at: float = field(default_factory=time.time)
+    tick: int = 0
+
+    def node(self, name: str) -> NodeState | None:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        return None
+
+    def node_by_ip(self, ip: str) -> NodeState | None:
+        """The configured node that owns `ip` (configured, registered, or on an interface)."""
+        for n in self.nodes:
+            if ip in (n.configured_ip, n.ray.registered_ip) or ip in n.ips:
+                return n
+        return None
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    """Errors first, then warnings, then info; stable otherwise."""
+    return sorted(findings, key=lambda f: SEVERITY_RANK.get(f.severity, 9))
