@@ -477,7 +477,7 @@ def _build(r: _Reader, root: yaml.Node, top: dict, file: str) -> Config:
         for key, (_k, v) in r.mapping(top["keymap"][1], "keymap").items():
             cfg.keymap[key] = r.str_(v, f"keymap.{key}", expand=False)
     if "actions" in top:
-        for key, (k, v) in r.mapping(top["actions"][1], "actions", ACTION_NAMES).items():
+        for key, (_k, v) in r.mapping(top["actions"][1], "actions", ACTION_NAMES).items():
             cfg.actions[key] = _script_action(r, key, v, cfg)
     if "patterns" in top:
         pnode = top["patterns"][1]

@@ -1,0 +1,182 @@
+"""The monitor: probes every node concurrently, one combined probe command per node per
+tick, and turns the answers into a ClusterSnapshot with findings.
+
+A slow or dead node never delays the others: each node is probed by its own task; a tick
+waits at most `tick_budget` seconds, and a node still in flight keeps its last state
+(marked with the time it has been silent) until it answers or times out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+from sparktui.config import Config
+from sparktui.core import checks
+from sparktui.core.model import ClusterSnapshot, NodeState, RayView, VllmStatus
+from sparktui.core.probes import script as probe_script
+from sparktui.core.ssh import transport_for
+from sparktui.core.transport import Transport, TransportError
+
+RAY_EVERY = 3  # the Ray table costs ~1 s of Python in the head container: every Nth tick
+
+
+def _fresh_state(cfg: Config, name: str) -> NodeState:
+    n = cfg.node(name)
+    assert n is not None
+    return NodeState(name=n.name, host=n.host, role=n.role, configured_ip=n.ip)
+
+
+class Monitor:
+    def __init__(self, cfg: Config, transports: dict[str, Transport] | None = None,
+                 *, read_only: bool | None = None) -> None:
+        self.cfg = cfg
+        ro = cfg.read_only if read_only is None else read_only
+        self.transports: dict[str, Transport] = transports or {
+            n.name: transport_for(n, read_only=ro) for n in cfg.nodes
+        }
+        self.states: dict[str, NodeState] = {n.name: _fresh_state(cfg, n.name) for n in cfg.nodes}
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._started: dict[str, float] = {}
+        self.tick = 0
+        self._ray_nodes: list = []
+        self._ray_error: str | None = "not read yet"
+        self._ray_source: str | None = None
+        self._vllm = VllmStatus()
+        self._last_tokens: tuple[float, float] | None = None
+        self.probe_timeout = 20.0
+
+    # ------------------------------------------------------------------ one node
+
+    async def _probe(self, name: str, with_ray: bool) -> NodeState:
+        ncfg = self.cfg.node(name)
+        assert ncfg is not None
+        transport = self.transports[name]
+        state = _fresh_state(self.cfg, name)
+        command = probe_script.build_probe(
+            name, ncfg.container.name, is_head=ncfg.role == "head",
+            vllm_port=self.cfg.vllm.port, with_ray=with_ray and ncfg.role == "head",
+        )
+        start = time.monotonic()
+        try:
+            result = await transport.run(command)
+        except TransportError as e:
+            state.reachable = False
+            state.error = str(e).removeprefix(f"{name}: ")
+            return state
+        state.probe_seconds = time.monotonic() - start
+        if result.timed_out:
+            state.reachable = False
+            state.error = f"probe timed out after {command.timeout:g}s"
+            return state
+        parsed = probe_script.parse_probe(result.stdout)
+        state.reachable = True
+        state.interfaces = parsed.interfaces
+        state.containers = parsed.containers
+        state.gpus = parsed.gpus
+        state.gpu_processes = parsed.gpu_processes
+        state.env = parsed.env
+        state.mem_total_mib = parsed.mem_total_mib
+        state.mem_available_mib = parsed.mem_available_mib
+        if ncfg.role == "head":
+            if parsed.ray_queried:
+                self._ray_nodes = parsed.ray_nodes
+                self._ray_error = parsed.ray_error
+                self._ray_source = name
+            self._vllm = self._vllm_status(parsed)
+        return state
+
+    def _vllm_status(self, parsed) -> VllmStatus:
+        v = parsed.vllm if parsed.vllm is not None else VllmStatus()
+        total = v.generation_tokens_total
+        now = time.monotonic()
+        if total is not None:
+            if self._last_tokens is not None and now > self._last_tokens[0]:
+                dt = now - self._last_tokens[0]
+                v.tokens_per_s = max(0.0, (total - self._last_tokens[1]) / dt)
+            self._last_tokens = (now, total)
+        else:
+            self._last_tokens = None
+        return v
+
+    # ------------------------------------------------------------------ ticks
+
+    async def refresh(self, *, wait: float | None = None, with_ray: bool | None = None
+                      ) -> ClusterSnapshot:
+        """Start a probe on every idle node, wait up to `wait` seconds (None: until all
+        finish), and return the snapshot of what is known now."""
+        if with_ray is None:
+            with_ray = self.tick % RAY_EVERY == 0
+        self.tick += 1
+        for name in self.states:
+            task = self._tasks.get(name)
+            if task is None or task.done():
+                self._started[name] = time.monotonic()
+                self._tasks[name] = asyncio.create_task(
+                    asyncio.wait_for(self._probe(name, with_ray), self.probe_timeout))
+        pending = [t for t in self._tasks.values() if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=wait)
+        now = time.monotonic()
+        for name, task in self._tasks.items():
+            if not task.done():
+                silent = now - self._started[name]
+                if silent > self.cfg.refresh_interval * 2 and self.states[name].reachable:
+                    self.states[name].error = f"no answer for {silent:.0f}s"
+                continue
+            try:
+                self.states[name] = task.result()
+            except (asyncio.TimeoutError, TimeoutError):
+                s = _fresh_state(self.cfg, name)
+                s.error = f"no answer within {self.probe_timeout:g}s"
+                self.states[name] = s
+            except Exception as e:  # a probe bug must not take the monitor down
+                s = _fresh_state(self.cfg, name)
+                s.reachable = False
+                s.error = f"probe failed: {type(e).__name__}: {e}"
+                self.states[name] = s
+        return self.snapshot()
+
+    def snapshot(self) -> ClusterSnapshot:
+        nodes = [self.states[n.name] for n in self.cfg.nodes]
+        head = self.states[self.cfg.head.name]
+        ray_error = self._ray_error
+        if not head.reachable:
+            ray_error = f"head {head.name} unreachable"
+        snap = ClusterSnapshot(
+            cluster=self.cfg.cluster_name, nodes=nodes, ray_nodes=list(self._ray_nodes),
+            ray_source=self._ray_source if ray_error is None else None, ray_error=ray_error,
+            vllm=self._vllm, tick=self.tick,
+        )
+        for node in nodes:
+            entry = checks.ray_entry_for(node, snap.ray_nodes) if ray_error is None else None
+            node.ray = RayView(
+                registered_ip=entry.ip if entry else None,
+                alive=entry.alive if entry else (False if ray_error is None else None),
+                gpus=entry.gpus if entry else None,
+                node_id=entry.node_id if entry else None,
+                death_reason=entry.death_reason if entry else "",
+            )
+        snap.findings = checks.check(snap, self.cfg)
+        return snap
+
+    async def watch(self, interval: float | None = None,
+                    paused: Callable[[], bool] | None = None) -> AsyncIterator[ClusterSnapshot]:
+        """A snapshot per tick, forever. The tick waits at most one interval for slow nodes."""
+        interval = interval or self.cfg.refresh_interval
+        while True:
+            if paused is not None and paused():
+                await asyncio.sleep(interval)
+                continue
+            start = time.monotonic()
+            yield await self.refresh(wait=interval)
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - start)))
+
+    async def close(self) -> None:
+        """Stop probing and close connections. Never stops anything on the nodes."""
+        for task in self._tasks.values():
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        await asyncio.gather(*(t.close() for t in self.transports.values()),
+                             return_exceptions=True)
