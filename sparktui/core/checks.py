@@ -34,18 +34,18 @@ def ray_entry_for(node: NodeState, ray_nodes: list[RayNode]) -> RayNode | None:
 
 
 def _interfaces_match(spec: str, names: list[str]) -> tuple[bool, list[str]]:
-    """NCCL-style interface list: comma-separated prefixes, `=` exact, `^` excludes."""
-    wanted = [s.strip() for s in spec.split(",") if s.strip()]
-    include = [w for w in wanted if not w.startswith("^")]
-    if not include:  # only exclusions: anything else will do
+    """NCCL-style interface list: comma-separated prefixes; a leading `^` makes the whole
+    list exclusions, a leading `=` makes it exact names. True when some interface fits."""
+    spec = spec.strip()
+    if spec.startswith("^"):  # only exclusions: anything else will do
         return True, []
-    missing = []
-    for w in include:
-        exact = w.startswith("=")
-        key = w[1:] if exact else w
-        if not any((n == key) if exact else n.startswith(key) for n in names):
-            missing.append(key)
-    return len(missing) < len(include), missing
+    exact = spec.startswith("=")
+    wanted = [s.strip() for s in spec.lstrip("=").split(",") if s.strip()]
+    if not wanted:
+        return True, []
+    missing = [w for w in wanted
+               if not any((n == w) if exact else n.startswith(w) for n in names)]
+    return len(missing) < len(wanted), missing
 
 
 def check(snapshot: ClusterSnapshot, cfg: Config) -> list[Finding]:
