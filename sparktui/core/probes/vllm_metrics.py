@@ -1,0 +1,96 @@
+"""vLLM `/metrics` (Prometheus text) and `/health` -> VllmStatus figures."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from sparktui.core.model import VllmStatus
+
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+KV_CACHE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # new name, pre-0.12 name
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+
+WANTED = (RUNNING, WAITING, *KV_CACHE, PROMPT_TOKENS, GENERATION_TOKENS)
+
+
+def _samples(text: str) -> dict[str, list[float]]:
+    """Sample values by sample name for the metrics we use. A text the parser chokes on is
+    re-read line by line, so one bad line costs only itself."""
+    out: dict[str, list[float]] = {}
+
+    def feed(chunk: str) -> None:
+        for family in text_string_to_metric_families(chunk):
+            for s in family.samples:
+                if s.name in WANTED:
+                    out.setdefault(s.name, []).append(float(s.value))
+
+    try:
+        feed(text)
+    except Exception:  # the parser raises ValueError (and others) on junk
+        out.clear()
+        for line in text.splitlines():
+            if line.startswith("vllm:"):
+                try:
+                    feed(line + "\n")
+                except Exception:
+                    continue
+    return out
+
+
+def parse_vllm_metrics(text: str, status: VllmStatus | None = None) -> VllmStatus:
+    """Fill running/waiting/kv_cache_pct/token counters of `status` (a new one by default).
+
+    Gauges and counters are summed over engines and labels; the KV-cache fraction (0..1)
+    is averaged over engines and given in percent. Missing metrics stay None.
+    """
+    st = status if status is not None else VllmStatus()
+    samples = _samples(text)
+    if RUNNING in samples:
+        st.running = sum(samples[RUNNING])
+    if WAITING in samples:
+        st.waiting = sum(samples[WAITING])
+    for name in KV_CACHE:
+        if samples.get(name):
+            vals = samples[name]
+            st.kv_cache_pct = 100.0 * sum(vals) / len(vals)
+            break
+    if PROMPT_TOKENS in samples:
+        st.prompt_tokens_total = sum(samples[PROMPT_TOKENS])
+    if GENERATION_TOKENS in samples:
+        st.generation_tokens_total = sum(samples[GENERATION_TOKENS])
+    return st
+
+
+def tokens_per_s(prev_total: float | None, prev_at: float | None,
+                 cur_total: float | None, cur_at: float | None) -> float | None:
+    """Rate of a token counter between two samples (None on a reset, a gap, or no time)."""
+    if None in (prev_total, prev_at, cur_total, cur_at):
+        return None
+    assert prev_total is not None and prev_at is not None
+    assert cur_total is not None and cur_at is not None
+    dt = cur_at - prev_at
+    if dt <= 0 or cur_total < prev_total:
+        return None
+    return (cur_total - prev_total) / dt
+
+
+def generation_rate(prev: VllmStatus | None, prev_at: float | None,
+                    cur: VllmStatus, cur_at: float) -> float | None:
+    """Generated tokens/s between two successive VllmStatus samples taken at the given times."""
+    if prev is None:
+        return None
+    return tokens_per_s(prev.generation_tokens_total, prev_at, cur.generation_tokens_total, cur_at)
+
+
+def health_from_code(code: int | None) -> tuple[bool | None, str]:
+    """HTTP status of GET /health -> (healthy, detail). 200 healthy, 503 engine dead,
+    None/0 not reachable (not serving yet, or loading weights)."""
+    if not code:
+        return None, "not reachable"
+    if code == 200:
+        return True, "healthy"
+    if code == 503:
+        return False, "unhealthy (503: engine dead)"
+    return False, f"unexpected HTTP {code}"
