@@ -1,0 +1,154 @@
+"""Where a lab lives: its id, address plan, node records and on-disk state (JSON)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+STATE_ROOT = Path(os.environ.get("SPARKLAB_STATE", "/var/lib/sparktui-lab"))
+CACHE_DIR = Path(os.environ.get("SPARKLAB_CACHE", "~/.cache/sparktui-lab")).expanduser()
+PREFIX = "sl"  # every kernel object of lab k is named sl<k>...
+EXT_IF = "enP7s7"  # a DGX Spark's 10 GbE management NIC
+IC_IF = "enp1s0f0np0"  # a DGX Spark's ConnectX-7 (QSFP) NIC
+PIN_MODES = ("none", "all", "worker-only")
+ID_RE = re.compile(r"^sl(\d{1,3})$")
+NODE_PATH = "/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/bin"
+
+
+@dataclass
+class Node:
+    """One simulated GPU node (a network namespace with its own PID/mount/UTS namespaces)."""
+
+    name: str
+    index: int
+    role: str
+    netns: str
+    ext_ip: str
+    ic_ip: str
+    host_ext_veth: str
+    host_ic_veth: str
+    dir: str
+    ssh_port: int = 22
+    init_pid: int | None = None  # host PID of the node's PID 1 (tini)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.dir)
+
+
+@dataclass
+class Lab:
+    """A handle on one lab; `Lab.load(id)` finds a running one again from its state dir."""
+
+    id: str
+    k: int
+    dir: str
+    nodes: list[Node] = field(default_factory=list)
+    pin: str = "all"
+    ray: bool = True
+    image: str | None = None
+    container: str = ""
+    gpu_mode: str = "gb10"
+    owner_pid: int | None = None
+    created: float = 0.0
+    ray_port: int = 6379
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def path(self) -> Path:
+        return Path(self.dir)
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / "sparktui.yaml"
+
+    @property
+    def key_path(self) -> Path:
+        return self.path / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.path / "known_hosts"
+
+    @property
+    def ext_bridge(self) -> str:
+        return f"{self.id}ext"
+
+    @property
+    def ic_bridge(self) -> str:
+        return f"{self.id}ic"
+
+    @property
+    def jump_ip(self) -> str:
+        return f"198.18.{self.k}.1"
+
+    @property
+    def head(self) -> Node:
+        return next(n for n in self.nodes if n.role == "head")
+
+    @property
+    def workers(self) -> list[Node]:
+        return [n for n in self.nodes if n.role != "head"]
+
+    def node(self, name: str | Node) -> Node:
+        """The node called `name` (`spark-1`...), or the Node itself."""
+        if isinstance(name, Node):
+            return name
+        for n in self.nodes:
+            if n.name == name or n.netns == name:
+                return n
+        raise KeyError(f"lab {self.id} has no node {name!r}")
+
+    # ------------------------------------------------------------------ persistence
+    def save(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        tmp = self.path / "lab.json.tmp"
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(self.path / "lab.json")
+
+    @classmethod
+    def load(cls, lab_id: str) -> Lab:
+        data = json.loads((STATE_ROOT / lab_id / "lab.json").read_text())
+        nodes = [Node(**n) for n in data.pop("nodes")]
+        return cls(nodes=nodes, **data)
+
+
+def new_lab(k: int, n_nodes: int) -> Lab:
+    """The address plan of lab `sl<k>`: ext 198.18.<k>.0/24 (jump host .1), ic 198.19.<k>.0/24."""
+    lab_id = f"{PREFIX}{k}"
+    lab = Lab(id=lab_id, k=k, dir=str(STATE_ROOT / lab_id))
+    for i in range(1, n_nodes + 1):
+        lab.nodes.append(Node(
+            name=f"spark-{i}", index=i, role="head" if i == 1 else "worker",
+            netns=f"{lab_id}n{i}", ext_ip=f"198.18.{k}.{10 + i}", ic_ip=f"198.19.{k}.{10 + i}",
+            host_ext_veth=f"{lab_id}n{i}e", host_ic_veth=f"{lab_id}n{i}i",
+            dir=str(STATE_ROOT / lab_id / "nodes" / f"spark-{i}"),
+        ))
+    return lab
+
+
+def lab_ids() -> list[str]:
+    """Ids of every lab with a state dir on this machine (any owner)."""
+    if not STATE_ROOT.is_dir():
+        return []
+    return sorted((p.name for p in STATE_ROOT.iterdir()
+                   if ID_RE.match(p.name) and (p / "lab.json").exists()),
+                  key=lambda s: int(s[len(PREFIX):]))
+
+
+@contextmanager
+def machine_lock() -> Iterator[None]:
+    """Serialise id allocation (and other machine-wide steps) between labs."""
+    STATE_ROOT.mkdir(parents=True, exist_ok=True)
+    with open(STATE_ROOT / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
