@@ -1,0 +1,42 @@
+"""`sparktui doctor`: preflight checks (read-only), as findings; exit 1 on any error."""
+
+from __future__ import annotations
+
+import sys
+
+from sparktui.commands import actions_cli
+
+
+def add_arguments(p) -> None:
+    actions_cli.add_arguments(p, "doctor")
+
+
+def run(args) -> int:
+    import asyncio
+
+    from sparktui.commands.common import load_config, print_json
+    from sparktui.core.actions import build_plan
+    from sparktui.core.actions.doctor import run_doctor
+
+    cfg = load_config(args)
+    if cfg is None:
+        return 2
+    if args.dry_run:
+        plan = build_plan("doctor", cfg)
+        if args.json:
+            print_json({"dry_run": True, "plan": plan.to_dict()})
+        else:
+            print(plan.render())
+            print("(dry run: nothing was run)")
+        return 0
+    report = asyncio.run(run_doctor(cfg))
+    errors = report.errors
+    if args.json:
+        print_json({"ok": not errors, "findings": [f.to_dict() for f in report.findings]})
+    elif report.findings:
+        actions_cli._print_findings(report.findings)
+        print(f"doctor: {len(errors)} error(s), {len(report.findings) - len(errors)} other",
+              file=sys.stderr if errors else sys.stdout)
+    else:
+        print("doctor: no problems found; ready to serve")
+    return 1 if errors else 0

@@ -1,0 +1,252 @@
+"""The built-in plans (teardown, restart, serve, and doctor's read-only probes), from the
+config alone. Every command is an argv; config values travel only as arguments."""
+
+from __future__ import annotations
+
+import posixpath
+from functools import partial
+
+from sparktui.config import Config, NodeConfig
+from sparktui.core.actions.plan import Plan, PlanError, Stage, Step, Verdict
+from sparktui.core.command import Command, Result, cmd, sh
+
+# Bounded waits (seconds). TESTBED: a 2-node Ray cluster is alive in 5-12 s on a slow box.
+GCS_TIMEOUT = 90.0
+RAY_TIMEOUT = 180.0
+RM_TIMEOUT = 60.0
+RUN_TIMEOUT = 120.0  # docker run -d (image already on the node)
+SERVE_MARKER_PREFIX = "=== sparktui serve "
+
+# Exit 0: the container runs and `ray start` has printed "Ray runtime started." (the GCS and
+# raylet are up); 1: not yet; 3: the container is gone or stopped (its log tail follows).
+RAY_STARTED_SCRIPT = """\
+state=$(docker inspect -f '{{.State.Status}}' "$1" 2>&1) || { echo "container $1 is gone: $state"; exit 3; }
+if [ "$state" != running ]; then
+  echo "container $1 is $state; its last output:"; docker logs --tail 15 "$1" 2>&1; exit 3
+fi
+if docker logs "$1" 2>&1 | grep -q 'Ray runtime started'; then echo "Ray runtime started"; exit 0; fi
+exit 1
+"""
+
+# The Ray node table from inside the head container: the snippet comes as $2.
+RAY_TABLE_SCRIPT = """\
+state=$(docker inspect -f '{{.State.Status}}' "$1" 2>&1) || { echo "container $1 is gone: $state"; exit 3; }
+if [ "$state" != running ]; then
+  echo "container $1 is $state; its last output:"; docker logs --tail 15 "$1" 2>&1; exit 3
+fi
+exec docker exec "$1" python3 -c "$2"
+"""
+
+# Runs inside the container (docker exec -d): the log file gets a marker line, then vLLM's
+# output. $1 = log path; the rest is the vllm argv.
+SERVE_SCRIPT = """\
+log=$1; shift
+mkdir -p "$(dirname "$log")"
+printf '%s%s ===\\n' '=== sparktui serve ' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >>"$log"
+exec "$@" >>"$log" 2>&1
+"""
+
+# /health on the head (host network): exit 0 healthy; 1 not yet; 3 the container or the
+# vllm process is gone. $1 port, $2 container.
+HEALTH_SCRIPT = """\
+url="http://127.0.0.1:$1/health"
+if command -v curl >/dev/null 2>&1; then
+  code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$url" 2>/dev/null) || code=000
+else
+  code=$(python3 -c 'import sys, urllib.request
+try:
+    print(urllib.request.urlopen(sys.argv[1], timeout=2).status)
+except Exception as e:
+    print(getattr(e, "code", "000"))' "$url" 2>/dev/null) || code=000
+fi
+if [ "$code" = 200 ]; then echo "healthy (HTTP 200)"; exit 0; fi
+state=$(docker inspect -f '{{.State.Status}}' "$2" 2>/dev/null)
+if [ "$state" != running ]; then echo "container $2 is ${state:-gone}"; exit 3; fi
+if ! docker exec "$2" sh -c 'for f in /proc/[0-9]*/cmdline; do tr "\\000" " " <"$f" 2>/dev/null | grep -q "vllm[ ]serve" && exit 0; done; exit 1'; then
+  echo "the vllm serve process has exited"; exit 3
+fi
+echo "vLLM starting (/health: $code)"; exit 1
+"""
+
+
+def container_ip_env(node: NodeConfig) -> list[str]:
+    """`-e NAME=value` pairs for the container: VLLM_HOST_IP pinned to the node's ip, then
+    the configured env (a configured VLLM_HOST_IP is replaced by the node's own)."""
+    out: list[str] = []
+    if node.ip:
+        out += ["-e", f"VLLM_HOST_IP={node.ip}"]
+    for k, v in node.container.env.items():
+        if k == "VLLM_HOST_IP" and node.ip:
+            continue
+        out += ["-e", f"{k}={v}"]
+    return out
+
+
+def docker_run_argv(cfg: Config, node: NodeConfig) -> list[str]:
+    """`docker run -d ... ray start --block ...` for one node (head or worker)."""
+    c = node.container
+    if not c.image:
+        raise PlanError(f"node {node.name}: container.image is not set in the config")
+    argv = ["docker", "run", "-d", "--name", c.name, *c.run_args, *container_ip_env(node)]
+    is_head = node.role == "head"
+    if is_head:
+        logdir = posixpath.dirname(cfg.vllm.log)
+        argv += ["-v", f"{logdir}:{logdir}"]
+    argv += [c.image, "ray", "start", "--block"]
+    if is_head:
+        argv += ["--head"]
+        if node.ip:
+            argv += ["--node-ip-address", node.ip]
+        argv += ["--port", str(cfg.ray.port)]
+    else:
+        head = cfg.head
+        if not head.ip:
+            raise PlanError(f"the head ({head.name}) has no ip in the config: workers need "
+                            f"it to join (--address <head ip>:{cfg.ray.port})")
+        argv += ["--address", f"{head.ip}:{cfg.ray.port}"]
+        if node.ip:
+            argv += ["--node-ip-address", node.ip]
+    argv += cfg.ray.extra_args
+    return argv
+
+
+def _teardown_stage(cfg: Config) -> Stage:
+    return Stage("tear down", tuple(
+        Step(n.name, f"remove container {n.container.name}",
+             (cmd("docker", "rm", "-f", n.container.name, mutating=True, timeout=RM_TIMEOUT,
+                  description="stop and remove the container"),),
+             verdict=_rm_verdict)
+        for n in cfg.nodes))
+
+
+def _rm_verdict(result: Result) -> Verdict:
+    if result.ok:
+        return "ok", "removed"
+    if "no such container" in (result.stderr + result.stdout).lower():
+        return "ok", "already absent"
+    if result.timed_out:
+        return "failed", f"timed out: {result.tail(10)}"
+    return "failed", f"exit {result.exit_status}: {result.tail(10)}"
+
+
+def teardown_plan(cfg: Config) -> Plan:
+    return Plan("teardown", [_teardown_stage(cfg)],
+                title=f"Tear down: remove container(s) on {len(cfg.nodes)} node(s)")
+
+
+def _run_warnings(cfg: Config) -> list[str]:
+    out = []
+    for n in cfg.nodes:
+        args = n.container.run_args
+        joined = " ".join(args)
+        if "--network host" not in joined and "--network=host" not in joined \
+                and "--net=host" not in joined and "--net host" not in joined:
+            out.append(f"{n.name}: container.run_args has no '--network host': Ray would "
+                       f"register the container's own address")
+        if not n.ip:
+            out.append(f"{n.name}: no ip in the config: Ray and vLLM pick the default-route "
+                       f"address (not pinned)")
+    return out
+
+
+def ray_ready_verdict(cfg: Config, result: Result) -> Verdict:
+    """Every configured node alive in Ray under its configured ip, and GPUs >= TP x PP."""
+    from sparktui.core.probes.ray import dedupe_by_ip, parse_ray_nodes
+
+    if result.exit_status == 3:
+        return "failed", result.tail(15)
+    nodes, error = parse_ray_nodes(result.stdout)
+    if error:
+        return "pending", error
+    alive = [r for r in dedupe_by_ip(nodes) if r.alive]
+    ips = {r.ip for r in alive}
+    missing = [n for n in cfg.nodes if n.ip and n.ip not in ips]
+    unpinned = [n for n in cfg.nodes if not n.ip]
+    gpus = sum(r.gpus for r in alive)
+    need = cfg.vllm.parallel_size()
+    have = f"{len(alive)}/{len(cfg.nodes)} alive ({', '.join(sorted(ips)) or 'none'}), {gpus:g} GPU"
+    if missing:
+        return "pending", f"{have}; waiting for " + ", ".join(
+            f"{n.name} at {n.ip}" for n in missing)
+    if len(alive) < len(cfg.nodes) and unpinned:
+        return "pending", f"{have}; waiting for {len(cfg.nodes) - len(alive)} more node(s)"
+    if need > 1 and gpus < need:
+        return "pending", f"{have}; vLLM needs {need} GPUs (TP x PP)"
+    return "ok", have
+
+
+def restart_plan(cfg: Config) -> Plan:
+    head = cfg.head
+    stages = [_teardown_stage(cfg)]
+    stages.append(Stage("start the Ray head", (Step(
+        head.name, f"start {head.container.name} running the Ray head",
+        (Command(tuple(docker_run_argv(cfg, head)), mutating=True, timeout=RUN_TIMEOUT,
+                 description="docker run -d: ray start --head"),)),)))
+    stages.append(Stage("wait for the GCS", (Step(
+        head.name, "wait for the Ray head (GCS) to start",
+        (sh(RAY_STARTED_SCRIPT, head.container.name, timeout=20),),
+        kind="wait", timeout=GCS_TIMEOUT, interval=0.5,
+        until="'Ray runtime started' in the head container's output"),)))
+    if cfg.workers:
+        stages.append(Stage("start the Ray workers", tuple(Step(
+            w.name, f"start {w.container.name} joining {head.ip}:{cfg.ray.port}",
+            (Command(tuple(docker_run_argv(cfg, w)), mutating=True, timeout=RUN_TIMEOUT,
+                     description="docker run -d: ray start --address"),))
+            for w in cfg.workers)))
+    need = cfg.vllm.parallel_size()
+    wait_steps = [Step(
+        head.name, "wait until Ray lists every node alive under its configured ip",
+        (sh(RAY_TABLE_SCRIPT, head.container.name, _ray_snippet(), timeout=30),),
+        kind="wait", timeout=RAY_TIMEOUT, interval=1.0,
+        verdict=partial(ray_ready_verdict, cfg),
+        until=f"{len(cfg.nodes)} alive Ray nodes at "
+              + ", ".join(n.ip or f"{n.name}(any ip)" for n in cfg.nodes)
+              + (f", >= {need} GPUs" if need > 1 else ""))]
+    wait_steps += [Step(
+        w.name, "wait for the worker's raylet to start",
+        (sh(RAY_STARTED_SCRIPT, w.container.name, timeout=20),),
+        kind="wait", timeout=RAY_TIMEOUT, interval=1.0,
+        until="'Ray runtime started' in the worker container's output")
+        for w in cfg.workers]
+    stages.append(Stage("wait for the Ray cluster", tuple(wait_steps)))
+    return Plan("restart", stages, warnings=_run_warnings(cfg),
+                title=f"Restart: tear down, then Ray head on {head.name}"
+                      + (f" and {len(cfg.workers)} worker(s)" if cfg.workers else "")
+                      + " pinned to the configured ips")
+
+
+def _ray_snippet() -> str:
+    from sparktui.core.probes.ray import RAY_NODES_SNIPPET
+
+    return RAY_NODES_SNIPPET
+
+
+def vllm_argv(cfg: Config) -> list[str]:
+    """`vllm serve <model> <args>`, with `--port` from vllm.port unless args give one."""
+    if not cfg.vllm.model:
+        raise PlanError("vllm.model is not set in the config")
+    argv = ["vllm", "serve", cfg.vllm.model, *cfg.vllm.args]
+    if not _has_flag(cfg.vllm.args, "--port"):
+        argv += ["--port", str(cfg.vllm.port)]
+    return argv
+
+
+def _has_flag(args: list[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def serve_plan(cfg: Config) -> Plan:
+    head = cfg.head
+    c = head.container.name
+    start = Command(("docker", "exec", "-d", c, "sh", "-c", SERVE_SCRIPT, "sh", cfg.vllm.log,
+                     *vllm_argv(cfg)), mutating=True, timeout=30,
+                    description="docker exec -d: vllm serve, output to the log")
+    return Plan("serve", [
+        Stage("start vLLM", (Step(head.name, f"start vllm serve in {c} (log: {cfg.vllm.log})",
+                                  (start,)),)),
+        Stage("wait for /health", (Step(
+            head.name, f"wait for vLLM's /health on port {cfg.vllm.port}",
+            (sh(HEALTH_SCRIPT, str(cfg.vllm.port), c, timeout=20),),
+            kind="wait", timeout=cfg.vllm.health_timeout, interval=2.0, grace=5.0,
+            until=f"HTTP 200 from http://127.0.0.1:{cfg.vllm.port}/health on {head.name}"),)),
+    ], preflight=True, title=f"Serve {cfg.vllm.model} on {head.name}")

@@ -1,0 +1,70 @@
+"""Script mode: `actions: {restart: {run: [...], nodes: [...]}}` runs the user's own launch
+script on the named nodes, one node after the other, instead of the built-in plan.
+
+The script is started detached (setsid/nohup, output to a run directory on the node), so
+it keeps running if sparktui dies; a wait step then polls for its exit status."""
+
+from __future__ import annotations
+
+import time
+
+from sparktui.config import Config, ScriptAction
+from sparktui.core.actions.plan import Plan, Stage, Step, Verdict
+from sparktui.core.command import Result, sh
+
+RUN_ROOT = "/tmp/sparktui/actions"
+
+# $1 = run directory; the rest is the user's argv. Prints the directory and returns at once.
+START_SCRIPT = """\
+dir=$1; shift
+mkdir -p "$dir" || exit 2
+rm -f "$dir/rc" "$dir/out"
+runner='"$@" </dev/null >"$0/out" 2>&1; echo $? >"$0/rc.tmp"; mv "$0/rc.tmp" "$0/rc"'
+if command -v setsid >/dev/null 2>&1; then
+  setsid sh -c "$runner" "$dir" "$@" </dev/null >/dev/null 2>&1 &
+else
+  nohup sh -c "$runner" "$dir" "$@" </dev/null >/dev/null 2>&1 &
+fi
+echo "started in $dir"
+"""
+
+# Exit 0 with the output tail once the script has finished; 1 while it runs.
+POLL_SCRIPT = """\
+if [ -f "$1/rc" ]; then echo "@@RC $(cat "$1/rc")"; tail -n 40 "$1/out" 2>/dev/null; exit 0; fi
+echo "running; last output:"; tail -n 3 "$1/out" 2>/dev/null; exit 1
+"""
+
+
+def script_verdict(result: Result) -> Verdict:
+    if result.exit_status == 1 or result.timed_out:
+        return "pending", result.tail(3)
+    if not result.ok:
+        return "failed", result.tail(10)
+    lines = result.stdout.splitlines()
+    rc = lines[0].removeprefix("@@RC ").strip() if lines and lines[0].startswith("@@RC") else "?"
+    tail = "\n".join(lines[1:][-10:])
+    if rc == "0":
+        return "ok", tail.splitlines()[-1] if tail else "exit 0"
+    return "failed", f"the script exited {rc}: {tail}"
+
+
+def script_plan(cfg: Config, action: ScriptAction, *, now: float | None = None,
+                run_root: str = RUN_ROOT) -> Plan:
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now if now is not None else time.time()))
+    stages = []
+    for name in action.nodes:
+        run_dir = f"{run_root}/{action.name}-{stamp}-{name}"
+        start = sh(START_SCRIPT, run_dir, *action.run, mutating=True, timeout=30,
+                   description=f"start {action.run[0]} detached")
+        poll = sh(POLL_SCRIPT, run_dir, timeout=20)
+        stages.append(Stage(f"run the {action.name} script on {name}", (
+            Step(name, f"start {' '.join(action.run)}", (start,)),
+        )))
+        stages.append(Stage(f"wait for the script on {name}", (
+            Step(name, f"wait for {action.run[0]} to finish", (poll,), kind="wait",
+                 timeout=action.timeout, interval=1.0, verdict=script_verdict,
+                 until=f"the script exits (status and output in {run_dir})"),
+        )))
+    return Plan(action.name, stages, source="script",
+                title=f"{action.name.capitalize()} (script mode): {' '.join(action.run)} on "
+                      + ", ".join(action.nodes))
