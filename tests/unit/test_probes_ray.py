@@ -96,3 +96,27 @@ def test_snippet_runs_without_ray_and_reports_cleanly() -> None:
         assert err is not None or nodes
     compile(RAY_NODES_SNIPPET, "<snippet>", "exec")
     assert 'address="auto"' in RAY_NODES_SNIPPET
+
+
+def test_snippet_real_output_one_head() -> None:
+    nodes, err = parse_ray_nodes(read("snippet_stdout_ray2.60_one_head.txt"))
+    assert err is None and len(nodes) == 1
+    (n,) = nodes
+    assert (n.ip, n.alive, n.is_head, n.gpus, n.cpus) == ("192.0.2.2", True, True, 1.0, 1.0)
+
+
+def test_snippet_real_output_with_dead_row() -> None:
+    nodes, err = parse_ray_nodes(read("snippet_stdout_ray2.60_worker_raylet_killed.txt"))
+    assert err is None and len(nodes) == 2
+    dead = next(n for n in nodes if not n.alive)
+    assert dead.gpus == 0.0 and not dead.is_head  # Resources is {} for dead rows
+    assert dead.death_reason == "health check failed due to missing too many heartbeats"
+    (kept,) = dedupe_by_ip(nodes)  # both rows registered 192.0.2.2: the alive one stays
+    assert kept.alive and kept.is_head
+    assert ray_view(nodes, ["192.0.2.2"]).alive is True
+
+
+def test_snippet_real_output_no_cluster() -> None:
+    nodes, err = parse_ray_nodes(read("snippet_stdout_ray2.60_no_cluster.txt"))
+    assert nodes == [] and err is not None
+    assert err.startswith("Ray: ConnectionError: Could not find any running Ray instance")
