@@ -1,0 +1,385 @@
+"""Fast signature scanning: one RE2 `Set` pass over big chunks, full regexes only on hits.
+
+The naive way (every Python regex over every line) runs at a few MB/s. Here a chunk of
+complete lines (about 1 MiB) goes once through an RE2 `Set` holding every pattern's
+single-line prefilter (its `anchor`, or its regexes). Almost all chunks hit nothing and cost
+one linear DFA pass. For a chunk that hits, each matched prefilter locates its lines, and only
+those lines (plus `span` continuation lines, for wrapped messages) are decoded and matched with
+the pattern's full Python regexes, which yield the captures.
+
+Lines are matched with ANSI escapes and Ray's ` [repeated Nx across cluster]` suffix removed;
+the Ray/vLLM process prefix (`(RayWorkerWrapper pid=N, ip=X)`) stays in the text and its
+`ip=` becomes the `node_ip` capture. Invalid UTF-8 is decoded with replacement; very long
+lines are matched on a bounded slice around the prefilter hit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from sparktui.knowledge.kb import MAX_SPAN, KnowledgeBase, Pattern
+
+try:  # google-re2 is a declared dependency; stay correct (slow) without it
+    import re2 as _re2
+except ImportError:  # pragma: no cover - exercised only on broken installs
+    _re2 = None
+
+CHUNK = 1 << 20                  # bytes per scan region
+MAX_EVAL = 64 * 1024             # longest text a full Python regex sees
+MAX_TEXT = 2000                  # characters of the line kept in a hit (for display)
+MAX_PARTIAL = 8 << 20            # a "line" longer than this without a newline is cut
+OVERLAP_LINES = 2                # lines of the previous region rescanned (wrapped anchors)
+
+ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+ANSI_RE_B = re.compile(ANSI_RE.pattern.encode())
+REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+# "(EngineCore_DP0 pid=1088) (RayWorkerWrapper pid=285, ip=192.168.177.12) ERROR ..."
+PREFIX_RE = re.compile(r"\((?P<proc>[^()\s]+) pid=\d+(?:, ip=(?P<ip>[0-9A-Fa-f.:]+))?\) ")
+LEADING_PREFIXES_RE = re.compile(
+    r"^(?:\[?\d{4}-\d\d-\d\dT[\d:.]+Z\]? )?"          # docker logs -t
+    r"(?:\((?:[^()\s]+ pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?|raylet|autoscaler[^()]*)\) ?)*"
+    r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d [\d:]+ \[?[^\]\s]+:\d+\]? )?")
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One pattern matched at one line (1-based)."""
+
+    pattern: Pattern
+    line: int
+    text: str
+    captures: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return self.pattern.id
+
+
+def clean_line(text: str) -> str:
+    """A log line as patterns see it: no ANSI, no trailing CR, no Ray dedup suffix."""
+    if "\x1b" in text:
+        text = ANSI_RE.sub("", text)
+    text = text.rstrip("\r\n")
+    if "repeated" in text:
+        text = REPEATED_RE.sub("", text)
+    return text
+
+
+def strip_prefixes(text: str) -> str:
+    """The message part of a continuation line (process, level, timestamp prefixes removed)."""
+    return LEADING_PREFIXES_RE.sub("", text, count=1)
+
+
+def prefix_captures(text: str) -> dict[str, str]:
+    """`process` and `node_ip` from the leading chain of Ray/vLLM prefixes.
+
+    In `(EngineCore_DP0 pid=1) (RayWorkerWrapper pid=2, ip=X) ERROR ...` the innermost
+    prefix names the process that logged the line and `ip=` the node it ran on.
+    """
+    out: dict[str, str] = {}
+    end = None
+    for m in PREFIX_RE.finditer(text, 0, 600):
+        if end is None:
+            if m.start() > 120:
+                break
+        elif m.start() != end:
+            break
+        end = m.end()
+        out["process"] = m.group("proc")
+        if m.group("ip"):
+            out["node_ip"] = m.group("ip")
+    return out
+
+
+class Matcher:
+    """Compiled form of a knowledge base for scanning. Immutable; share it freely."""
+
+    def __init__(self, kb: KnowledgeBase) -> None:
+        self.kb = kb
+        self.patterns: tuple[Pattern, ...] = kb.patterns
+        self.max_span = max((p.span for p in self.patterns), default=0)
+        entries: list[tuple[int, str]] = []
+        for i, p in enumerate(self.patterns):
+            for rx in p.prefilter:
+                entries.append((i, rx))
+        self._fast: list[tuple[int, object]] = []   # (pattern index, re2 regex)
+        self._slow: list[tuple[int, re.Pattern[bytes]]] = []   # RE2 cannot: Python re
+        self._set = None
+        set_entries: list[tuple[int, object]] = []
+        if _re2 is not None:
+            opts = _re2.Options()
+            opts.encoding = _re2.Options.Encoding.LATIN1
+            opts.max_mem = 256 << 20
+            rset = _re2.Set.SearchSet(opts)
+            for i, rx in entries:
+                b = _prefilter_bytes(rx)
+                if b is None:
+                    self._slow.append((i, _py_bytes(rx)))
+                    continue
+                try:
+                    compiled = _re2.compile(b, opts)
+                    rset.Add(b)
+                except Exception:  # RE2 syntax gap (look-around, backrefs): Python re
+                    self._slow.append((i, _py_bytes(rx)))
+                    continue
+                set_entries.append((i, compiled))
+            if set_entries:
+                rset.Compile()
+                self._set = rset
+            self._fast = set_entries
+        else:
+            self._slow = [(i, _py_bytes(rx)) for i, rx in entries]
+
+    # -- locating candidate lines in a region of complete lines --------------------------
+    def candidates(self, text: bytes) -> list[tuple[int, int]]:
+        """(byte offset of a prefilter hit, pattern index) pairs in `text`, sorted."""
+        found: list[tuple[int, int]] = []
+        if self._set is not None:
+            ids = self._set.Match(text)
+            if ids:
+                for entry in ids:
+                    pidx, rx = self._fast[entry]
+                    for m in rx.finditer(text):
+                        found.append((m.start(), pidx))
+        for pidx, prx in self._slow:
+            for m in prx.finditer(text):
+                found.append((m.start(), pidx))
+        found.sort()
+        return found
+
+    def scanner(self, first_line: int = 1) -> Scanner:
+        return Scanner(self, first_line=first_line)
+
+    def scan_bytes(self, data: bytes) -> list[Hit]:
+        sc = self.scanner()
+        return sc.feed(data) + sc.close()
+
+    def scan_text(self, text: str) -> list[Hit]:
+        return self.scan_bytes(text.encode("utf-8", "surrogateescape"))
+
+    def scan_lines(self, lines: Iterable[str], first_line: int = 1) -> list[Hit]:
+        sc = self.scanner(first_line)
+        return sc.feed_lines(list(lines)) + sc.close()
+
+    def scan_stream(self, f: BinaryIO, chunk: int = CHUNK) -> Iterator[Hit]:
+        """Hits of a binary file object, read in chunks (bounded memory)."""
+        sc = self.scanner()
+        while True:
+            data = f.read(chunk)
+            if not data:
+                break
+            yield from sc.feed(data)
+        yield from sc.close()
+
+
+def _prefilter_bytes(rx: str) -> bytes | None:
+    """The prefilter as RE2 Latin-1 bytes, or None when it is not plain ASCII."""
+    if not rx.isascii():
+        return None
+    # Python's \Z is RE2's \z; everything else we use is shared syntax.
+    return rx.replace(r"\Z", r"\z").encode("ascii")
+
+
+def _py_bytes(rx: str) -> re.Pattern[bytes]:
+    try:
+        return re.compile(rx.encode("utf-8"), re.M)
+    except re.error:  # e.g. \d in a str-only construct: fall back to matching every line
+        return re.compile(rb"^", re.M)
+
+
+@dataclass
+class _Pending:
+    pattern: Pattern
+    line: int
+    first: str
+    pos: int
+    rest: list[str]
+
+
+class Scanner:
+    """Incremental scan of one log stream: feed bytes (or lines), get hits as lines complete.
+
+    Holds only the unfinished last line, a few lines of context and hits still waiting for
+    their continuation lines: memory stays bounded whatever the input.
+    """
+
+    def __init__(self, matcher: Matcher, *, first_line: int = 1) -> None:
+        self.m = matcher
+        self.next_line = first_line           # number of the next line not yet scanned
+        self._partial = bytearray()
+        self._overlap: deque[bytes] = deque(maxlen=OVERLAP_LINES)
+        self._recent: deque[tuple[int, int]] = deque(maxlen=256)   # (line, pattern idx)
+        self._pending: list[_Pending] = []
+        self._after: deque[str] = deque(maxlen=MAX_SPAN)  # lines after a pending hit
+        self.bytes_seen = 0
+
+    # -- input ----------------------------------------------------------------------------
+    def feed(self, data: bytes) -> list[Hit]:
+        self.bytes_seen += len(data)
+        hits: list[Hit] = []
+        self._partial += data
+        while True:
+            if len(self._partial) <= CHUNK:
+                cut = self._partial.rfind(b"\n")
+            else:  # consume in ~CHUNK regions so work stays bounded
+                cut = self._partial.rfind(b"\n", 0, CHUNK)
+                if cut < 0:
+                    cut = self._partial.find(b"\n", CHUNK)
+            if cut < 0:
+                if len(self._partial) > MAX_PARTIAL:   # a monster line: cut it here
+                    self._partial += b"\n"
+                    continue
+                return hits
+            region = bytes(self._partial[:cut + 1])
+            del self._partial[:cut + 1]
+            hits += self._region(region, final=False)
+
+    def feed_lines(self, lines: Sequence[str]) -> list[Hit]:
+        """Complete lines (without newlines), e.g. a follower's batch."""
+        if not lines:
+            return []
+        data = "\n".join(lines).encode("utf-8", "surrogateescape") + b"\n"
+        return self.feed(data)
+
+    def close(self) -> list[Hit]:
+        """End of input: scan the unfinished last line, settle pending hits."""
+        hits: list[Hit] = []
+        if self._partial:
+            region = bytes(self._partial) + b"\n"
+            self._partial.clear()
+            hits += self._region(region, final=True)
+        hits += self._settle(final=True)
+        return hits
+
+    # -- scanning -------------------------------------------------------------------------
+    def _region(self, region: bytes, final: bool) -> list[Hit]:
+        overlap = b"".join(self._overlap)
+        n_overlap = len(self._overlap)
+        text = overlap + region
+        base = self.next_line - n_overlap
+        if b"\x1b" in text:
+            text = ANSI_RE_B.sub(b"", text)
+        lines_in_region = region.count(b"\n")
+        # pending hits waiting for continuation lines get the first lines of this region
+        hits = self._feed_pending(region)
+        cands = self.m.candidates(text)
+        if cands:
+            hits += self._evaluate(text, base, cands)
+        self.next_line += lines_in_region
+        tail = region.rsplit(b"\n", OVERLAP_LINES + 1)[-OVERLAP_LINES - 1:-1]
+        for ln in tail:
+            self._overlap.append(ln + b"\n")
+        hits += self._settle(final=final)
+        return _suppress_benign(hits)
+
+    def _evaluate(self, text: bytes, base: int, cands: list[tuple[int, int]]) -> list[Hit]:
+        hits: list[Hit] = []
+        line_no = base
+        last = 0
+        done: set[tuple[int, int]] = set()
+        for pos, pidx in cands:
+            line_no += text.count(b"\n", last, pos)
+            last = pos
+            key = (line_no, pidx)
+            if key in done or key in self._recent:
+                continue
+            done.add(key)
+            start = text.rfind(b"\n", 0, pos) + 1
+            end = text.find(b"\n", pos)
+            if end < 0:
+                end = len(text)
+            pattern = self.m.patterns[pidx]
+            first, rel = _slice_line(text, start, end, pos)
+            rest: list[str] = []
+            nxt = end + 1
+            for _ in range(pattern.span):
+                if nxt >= len(text):
+                    break
+                e = text.find(b"\n", nxt)
+                if e < 0:
+                    e = len(text)
+                rest.append(_decode(text[nxt:min(e, nxt + MAX_EVAL)]))
+                nxt = e + 1
+            hit = _match(pattern, line_no, first, rel, rest)
+            if hit is not None:
+                self._recent.append(key)
+                hits.append(hit)
+            elif len(rest) < pattern.span:
+                # the continuation may still come: wait for it (bounded by MAX_SPAN lines)
+                self._recent.append(key)
+                self._pending.append(_Pending(pattern, line_no, first, rel, rest))
+        return hits
+
+    def _feed_pending(self, region: bytes) -> list[Hit]:
+        if not self._pending:
+            return []
+        need = max(p.pattern.span - len(p.rest) for p in self._pending)
+        lines = region.split(b"\n", need)[:need]
+        if len(lines) > region.count(b"\n"):
+            lines = lines[:region.count(b"\n")]
+        decoded = [_decode(ANSI_RE_B.sub(b"", ln[:MAX_EVAL])) for ln in lines]
+        hits: list[Hit] = []
+        keep: list[_Pending] = []
+        for p in self._pending:
+            p.rest.extend(decoded[:p.pattern.span - len(p.rest)])
+            hit = _match(p.pattern, p.line, p.first, p.pos, p.rest)
+            if hit is not None:
+                hits.append(hit)
+            elif len(p.rest) < p.pattern.span:
+                keep.append(p)
+        self._pending = keep
+        return hits
+
+    def _settle(self, final: bool) -> list[Hit]:
+        if final:
+            self._pending = []
+        elif len(self._pending) > 64:   # never let waiting hits grow without bound
+            self._pending = self._pending[-64:]
+        return []
+
+
+def _decode(b: bytes) -> str:
+    return b.decode("utf-8", "replace")
+
+
+def _slice_line(text: bytes, start: int, end: int, pos: int) -> tuple[str, int]:
+    """The hit line (bounded to MAX_EVAL bytes around the hit) and the hit's offset in it."""
+    if end - start > MAX_EVAL:
+        lo = max(start, pos - MAX_EVAL // 8)
+        hi = min(end, lo + MAX_EVAL)
+        head = _decode(text[lo:pos])
+        return head + _decode(text[pos:hi]), len(head)
+    head = _decode(text[start:pos])
+    return head + _decode(text[pos:end]), len(head)
+
+
+def _match(pattern: Pattern, line: int, first: str, pos: int, rest: list[str]) -> Hit | None:
+    """Full regexes over the cleaned hit line plus continuation lines."""
+    line_text = clean_line(first)
+    if rest:
+        window = "\n".join([line_text, *(strip_prefixes(clean_line(r)) for r in rest)])
+    else:
+        window = line_text
+    limit = len(line_text)
+    for rx in pattern.compiled:
+        for m in rx.finditer(window):
+            if m.start() > limit:
+                break
+            caps = {k: v for k, v in m.groupdict().items() if v is not None}
+            for k, v in prefix_captures(line_text).items():
+                caps.setdefault(k, v)
+            shown = line_text if len(line_text) <= MAX_TEXT else line_text[:MAX_TEXT] + "…"
+            return Hit(pattern, line, shown, caps)
+    return None
+
+
+def _suppress_benign(hits: list[Hit]) -> list[Hit]:
+    """A benign hit silences every other pattern on the same line."""
+    benign = {h.line for h in hits if h.pattern.role == "benign"}
+    if not benign:
+        return hits
+    return [h for h in hits if h.pattern.role == "benign" or h.line not in benign]
