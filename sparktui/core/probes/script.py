@@ -138,7 +138,7 @@ fi
 RUNNING=0
 if have docker; then
   beg containers
-  DPS=$(T 10 docker ps -a --no-trunc --size=false --format '{{json .}}' 2>&1); R=$?
+  DPS=$(T 8 docker ps -a --no-trunc --size=false --format '{{json .}}' 2>&1); R=$?
   printf '%s' "$DPS"
   fin containers "rc=$R"
   if [ "$R" = 0 ] && [ -n "$C" ]; then
@@ -149,7 +149,7 @@ if have docker; then
   fi
   if [ -z "$C" ]; then mark env skipped:no-container
   elif [ "$R" != 0 ]; then mark env skipped:docker-failed
-  elif [ "$RUNNING" = 1 ]; then run env T 10 docker exec "$C" sh -c "$ENVS"
+  elif [ "$RUNNING" = 1 ]; then run env T 5 docker exec "$C" sh -c "$ENVS"
   else mark env skipped:container-not-running; fi
 else
   mark containers missing
@@ -157,8 +157,8 @@ else
 fi
 
 if have nvidia-smi; then
-  run gpus T 10 nvidia-smi --query-gpu=index,name,uuid,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits
-  run gpu_apps T 10 nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits
+  run gpus T 5 nvidia-smi --query-gpu=index,name,uuid,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits
+  run gpu_apps T 5 nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits
 else
   mark gpus missing
   mark gpu_apps missing
@@ -227,7 +227,7 @@ def build_probe(
     ray_via: RayVia = "auto",
     ray_dashboard_port: int = 8265,
     ray_timeout: float = 8.0,
-    timeout: float = 30.0,
+    timeout: float = 45.0,
 ) -> Command:
     """The one read-only command that probes `node_name` this tick.
 
@@ -235,7 +235,9 @@ def build_probe(
     Python) so the monitor can ask for it at a slower cadence than the rest. `ray_via`:
     `auto` tries the dashboard's `/api/v0/nodes` on the head's loopback, then `ray.nodes()`
     inside the container; `dashboard` or `python` use only one. Ray and vLLM are asked only
-    when `is_head`; `vllm_port=None` skips vLLM.
+    when `is_head`; `vllm_port=None` skips vLLM. Each step has its own limit (docker ps 8 s,
+    env 5 s, nvidia-smi 5 s each, Ray `ray_timeout` + 2 s, HTTP 2 s each), so the worst case
+    stays under the default overall `timeout`.
     """
     via = ray_via if query_ray else "off"
     args = (
