@@ -32,40 +32,63 @@ def exit_code(snapshot: ClusterSnapshot) -> int:
     return 1 if any(f.severity == "error" for f in snapshot.findings) else 0
 
 
-def _mem(n) -> str:
-    parts = []
+def _mem(n) -> list[str]:
+    out = []
     for g in n.gpus:
         if g.memory_total_mib:
             kind = "unified" if g.unified else "GPU"
-            parts.append(f"{g.name}: {g.memory_used_mib or 0:,}/{g.memory_total_mib:,} MiB {kind}")
+            out.append(f"{g.name}: {g.memory_used_mib or 0:,} / {g.memory_total_mib:,} MiB {kind}")
         else:
-            parts.append(g.name)
-    return "\n".join(parts) or "-"
+            out.append(g.name)
+    return out
 
 
 def render(snapshot: ClusterSnapshot, console: Console) -> None:
-    from rich.table import Table
+    """One block per node, then the findings with their fixes. Data is never markup."""
     from rich.text import Text
 
-    table = Table(title=Text(f"cluster {snapshot.cluster}"), title_justify="left", expand=False)
-    for col in ("node", "role", "reach", "configured ip", "ray ip", "ray", "VLLM_HOST_IP",
-                "containers", "memory"):
-        table.add_column(col, overflow="fold")
+    def line(label: str, value: Text | str, style: str = "") -> None:
+        t = Text(f"  {label:<12}", style="dim")
+        t.append(value if isinstance(value, Text) else Text(value, style=style))
+        console.print(t)
+
+    console.print(Text(f"cluster {snapshot.cluster}: {len(snapshot.nodes)} node(s)",
+                       style="bold"))
     for n in snapshot.nodes:
-        reach = Text("yes", style="green") if n.reachable else Text(
-            f"no: {n.error or '?'}", style="red")
+        head = Text(f"{n.name}", style="bold")
+        head.append(f"  {n.role}  {n.host}  ")
+        head.append("reachable" if n.reachable else f"UNREACHABLE: {n.error or '?'}",
+                    style="green" if n.reachable else "bold red")
+        console.print(head)
+        if not n.reachable:
+            continue
+        ips = Text(f"configured {n.configured_ip or '-'}   ray ")
         rip = n.ray.registered_ip or "-"
-        rip_text = Text(rip)
         if n.ray.registered_ip and n.configured_ip and n.ray.registered_ip != n.configured_ip:
-            rip_text = Text(f"{rip} ≠", style="bold red")
-        alive = {True: Text("alive", style="green"), False: Text("dead/absent", style="red"),
-                 None: Text("?")}[n.ray.alive]
-        containers = "\n".join(f"{c.name} {c.state} ({c.status})" for c in n.containers) or "-"
-        table.add_row(Text(n.name), n.role, reach, n.configured_ip or "-", rip_text, alive,
-                      Text(n.env.get("VLLM_HOST_IP", "-")), Text(containers), Text(_mem(n)))
-    console.print(table)
+            ips.append(f"{rip} ≠ MISMATCH", style="bold red")
+        else:
+            ips.append(rip)
+        line("ip", ips)
+        shown = {k: v for k, v in n.env.items() if k == "VLLM_HOST_IP" or k.endswith("IFNAME")}
+        line("env", "  ".join(f"{k}={v}" for k, v in sorted(shown.items())) or "-")
+        alive = {True: ("alive", "green"), False: ("dead or absent", "red"),
+                 None: ("unknown", "")}[n.ray.alive]
+        gpus = f", {n.ray.gpus:g} GPU" if n.ray.gpus is not None else ""
+        line("ray", alive[0] + gpus, alive[1])
+        for c in n.containers or []:
+            line("container", f"{c.name}  {c.state}  ({c.status})  {c.image}",
+                 "" if c.running else "yellow")
+        if not n.containers:
+            line("container", "none")
+        for m in _mem(n):
+            line("gpu", m)
+        if n.error:
+            line("note", n.error, "yellow")
     if snapshot.ray_error and snapshot.ray_error != "not read yet":
-        console.print(Text(f"Ray table: {snapshot.ray_error}", style="yellow"))
+        console.print(Text(snapshot.ray_error.replace("container-not-running",
+                                                      "the Ray container is not running"),
+                           style="yellow"))
+    console.print()
     if not snapshot.findings:
         console.print(Text("No problems found.", style="green"))
         return

@@ -16,6 +16,7 @@ from sparktui.config import Config
 from sparktui.core import checks
 from sparktui.core.model import ClusterSnapshot, NodeState, RayView, VllmStatus
 from sparktui.core.probes import script as probe_script
+from sparktui.core.probes.ray import dedupe_by_ip
 from sparktui.core.ssh import transport_for
 from sparktui.core.transport import Transport, TransportError
 
@@ -45,7 +46,7 @@ class Monitor:
         self._ray_source: str | None = None
         self._vllm = VllmStatus()
         self._last_tokens: tuple[float, float] | None = None
-        self.probe_timeout = 20.0
+        self.probe_timeout = 60.0  # the probe command has its own, shorter timeout
 
     # ------------------------------------------------------------------ one node
 
@@ -56,7 +57,8 @@ class Monitor:
         state = _fresh_state(self.cfg, name)
         command = probe_script.build_probe(
             name, ncfg.container.name, is_head=ncfg.role == "head",
-            vllm_port=self.cfg.vllm.port, with_ray=with_ray and ncfg.role == "head",
+            vllm_port=self.cfg.vllm.port, query_ray=with_ray,
+            ray_dashboard_port=self.cfg.ray.dashboard_port,
         )
         start = time.monotonic()
         try:
@@ -71,17 +73,14 @@ class Monitor:
             state.error = f"probe timed out after {command.timeout:g}s"
             return state
         parsed = probe_script.parse_probe(result.stdout)
-        state.reachable = True
-        state.interfaces = parsed.interfaces
-        state.containers = parsed.containers
-        state.gpus = parsed.gpus
-        state.gpu_processes = parsed.gpu_processes
-        state.env = parsed.env
-        state.mem_total_mib = parsed.mem_total_mib
-        state.mem_available_mib = parsed.mem_available_mib
+        if not parsed.sections:
+            state.reachable = False
+            state.error = f"probe failed (exit {result.exit_status}): {result.tail(2) or 'no output'}"
+            return state
+        parsed.apply_to(state)
         if ncfg.role == "head":
-            if parsed.ray_queried:
-                self._ray_nodes = parsed.ray_nodes
+            if parsed.ray_nodes is not None or parsed.ray_error:
+                self._ray_nodes = dedupe_by_ip(parsed.ray_nodes or [])
                 self._ray_error = parsed.ray_error
                 self._ray_source = name
             self._vllm = self._vllm_status(parsed)

@@ -1,0 +1,112 @@
+"""`sparktui status` and the monitor against the real lab: real sshd, dockerd, Ray."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sparktui import config
+from sparktui.core.monitor import Monitor
+from tests.lab import faults
+
+pytestmark = pytest.mark.lab
+
+
+def status_json(cfg_path) -> tuple[int, dict, float]:
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "sparktui", "status", "--json", "-c",
+                           str(cfg_path)], capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - t0
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, json.loads(proc.stdout), took
+
+
+def test_worker_only_reports_the_head_mismatch_only(lab_worker_only):
+    lab = lab_worker_only
+    rc, data, _ = status_json(lab.config_path)
+    assert rc == 1
+    assert [n["name"] for n in data["nodes"]] == ["spark-1", "spark-2"]
+    head, worker = data["nodes"]
+    for node, lab_node in zip(data["nodes"], lab.nodes, strict=True):
+        assert node["reachable"] is True
+        assert lab_node.ext_ip in node["ips"] and lab_node.ic_ip in node["ips"]
+        assert node["configured_ip"] == lab_node.ic_ip
+        assert [c["name"] for c in node["containers"]] == [lab.container]
+        assert node["containers"][0]["state"] == "running"
+        gpu = node["gpus"][0]
+        assert gpu["name"] == "NVIDIA GB10" and gpu["unified"] is True
+        assert 0 < gpu["memory_used_mib"] < gpu["memory_total_mib"]
+        assert node["ray"]["alive"] is True
+    assert head["ray"]["registered_ip"] == lab.nodes[0].ext_ip
+    assert worker["ray"]["registered_ip"] == lab.nodes[1].ic_ip
+    mismatches = [f for f in data["findings"] if f["id"] == "ray-ip-mismatch"]
+    assert [f["node"] for f in mismatches] == ["spark-1"]
+    assert lab.nodes[0].ext_ip in mismatches[0]["message"]
+    assert lab.nodes[0].ic_ip in mismatches[0]["fix"]
+
+
+def test_pinned_lab_reports_no_finding(healthy_lab):
+    rc, data, _ = status_json(healthy_lab.config_path)
+    assert data["findings"] == [] and rc == 0
+    for node, lab_node in zip(data["nodes"], healthy_lab.nodes, strict=True):
+        assert node["ray"]["registered_ip"] == lab_node.ic_ip
+        assert node["env"]["VLLM_HOST_IP"] == lab_node.ic_ip
+
+
+def test_stopped_sshd_answers_promptly_and_leaves_the_other_node_complete(healthy_lab):
+    lab = healthy_lab
+    faults.stop_sshd(lab, "spark-2")
+    try:
+        rc, data, took = status_json(lab.config_path)
+    finally:
+        faults.start_sshd(lab, "spark-2")
+    assert rc == 1
+    assert took < 10, f"status took {took:.1f}s with one sshd down"
+    head, worker = data["nodes"]
+    assert worker["reachable"] is False and "refused" in worker["error"]
+    assert head["reachable"] is True and head["containers"] and head["gpus"]
+    assert [f["id"] for f in data["findings"] if f["node"] == "spark-2"] == ["node-unreachable"]
+
+
+def test_one_round_trip_per_node_per_refresh_and_reconnect(healthy_lab):
+    """Two refreshes = 2 commands per node over 1 SSH connection; a cut link makes the node
+    unreachable within its connect timeout, and it comes back when the link returns."""
+    lab = healthy_lab
+    cfg = config.load(str(lab.config_path))
+    for n in cfg.nodes:
+        n.ssh.connect_timeout = 2.0
+
+    async def go():
+        m = Monitor(cfg)
+        try:
+            s1 = await m.refresh(with_ray=True)
+            s2 = await m.refresh(with_ray=False)
+            sent = {name: len(t.sent) for name, t in m.transports.items()}
+            connects = {name: t.connects for name, t in m.transports.items()}
+            assert all(n.reachable for n in s1.nodes + s2.nodes)
+            faults.cut_link(lab, "spark-2", "ext")
+            await m.transports["spark-2"].close()  # a dropped connection, as after a cut
+            try:
+                t0 = time.monotonic()
+                s3 = await m.refresh(with_ray=False)
+                cut_took = time.monotonic() - t0
+            finally:
+                faults.restore_link(lab, "spark-2", "ext")
+            m.transports["spark-2"]._next_attempt = 0  # don't wait out the backoff in a test
+            s4 = await m.refresh(with_ray=False)
+            return sent, connects, s3, cut_took, s4
+        finally:
+            await m.close()
+
+    sent, connects, s3, cut_took, s4 = asyncio.run(go())
+    assert sent == {"spark-1": 2, "spark-2": 2}
+    assert connects == {"spark-1": 1, "spark-2": 1}
+    assert s3.node("spark-2").reachable is False and s3.node("spark-1").reachable is True
+    assert "timed out" in (s3.node("spark-2").error or "")
+    assert cut_took < 5
+    assert s4.node("spark-2").reachable is True
