@@ -3,8 +3,10 @@ which IP and NIC vLLM, Ray, NCCL, Gloo and UCX use, with secrets masked."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from sparktui.core.secrets import MASK, mask_secrets
+from sparktui.core.secrets import is_secret_name as is_secret
+
+__all__ = ["MASK", "is_relevant", "is_secret", "mask_secrets", "parse_environ"]
 
 RELEVANT_VARS: frozenset[str] = frozenset({
     "VLLM_HOST_IP", "HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME",
@@ -14,22 +16,10 @@ RELEVANT_VARS: frozenset[str] = frozenset({
 })
 RELEVANT_PREFIXES: tuple[str, ...] = ("VLLM_", "NCCL_", "RAY_", "UCX_", "GLOO_", "TP_SOCKET_")
 
-MASK = "****"
-_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
 
 def is_relevant(name: str) -> bool:
     return name in RELEVANT_VARS or name.startswith(RELEVANT_PREFIXES)
-
-
-def is_secret(name: str) -> bool:
-    return bool(_SECRET.search(name))
-
-
-def mask_secrets(env: Mapping[str, str]) -> dict[str, str]:
-    """A copy with the values of *TOKEN*, *KEY*, *SECRET*, *PASSWORD* variables replaced by
-    `****` (empty values stay empty, so "set but empty" is still visible)."""
-    return {k: (MASK if v and is_secret(k) else v) for k, v in env.items()}
 
 
 def parse_environ(data: str | bytes, *, relevant_only: bool = True,
