@@ -104,9 +104,9 @@ def alive(pid: int) -> bool:
 
 
 def find(root: int, name: str, arg: str | None = None) -> list[int]:
-    """Descendants of `root` whose comm is `name` (and whose cmdline contains `arg`)."""
-    return [p for p in descendants(root)
-            if comm(p) == name and (arg is None or any(arg in a for a in cmdline(p)))]
+    """Live descendants of `root` whose comm is `name` (and whose cmdline has `arg`)."""
+    return [p for p in descendants(root) if comm(p) == name and alive(p)
+            and (arg is None or any(arg in a for a in cmdline(p)))]
 
 
 def kill(pid: int, sig: int = signal.SIGTERM) -> bool:

@@ -105,6 +105,78 @@ class Lab:
                 return n
         raise KeyError(f"lab {self.id} has no node {name!r}")
 
+    # ------------------------------------------------------------------ acting on nodes
+    def exec(self, node: str | Node, argv: list[str], **kw):
+        """Run argv as root inside the node (nsenter; no ssh). kw: check, input, timeout."""
+        from tests.lab.node import exec_
+        return exec_(self.node(node), argv, **kw)
+
+    def sh(self, node: str | Node, script: str, **kw):
+        """Run a bash script inside the node."""
+        return self.exec(node, ["bash", "-c", script], **kw)
+
+    def ssh_argv(self, node: str | Node, *command: str) -> list[str]:
+        """A real `ssh` command line to the node's external IP with the lab's key/known_hosts."""
+        n = self.node(node)
+        return ["ssh", "-F", "/dev/null", "-i", str(self.key_path),
+                "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+                "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-p", str(n.ssh_port),
+                f"root@{n.ext_ip}", *command]
+
+    def ssh(self, node: str | Node, command: str, check: bool = True, timeout: float = 60):
+        """Run a shell command on the node over real ssh."""
+        from tests.lab.proc import run
+        return run(self.ssh_argv(node, command), check=check, timeout=timeout)
+
+    def docker(self, node: str | Node, *args: str, check: bool = True, timeout: float = 120):
+        """`docker <args>` against the node's own dockerd."""
+        return self.exec(node, ["docker", *args], check=check, timeout=timeout)
+
+    def host_path(self, node: str | Node, path: str) -> Path:
+        """A path on the node, as the host can open it (through the node's mount namespace)."""
+        n = self.node(node)
+        if not n.init_pid:
+            raise RuntimeError(f"node {n.name} is not running")
+        return Path(f"/proc/{n.init_pid}/root") / path.lstrip("/")
+
+    def read_file(self, node: str | Node, path: str) -> str:
+        return self.host_path(node, path).read_text()
+
+    def write_file(self, node: str | Node, path: str, text: str) -> None:
+        p = self.host_path(node, path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+
+    def append_line(self, node: str | Node, path: str, line: str,
+                    container: str | None = None) -> None:
+        """Append `line` (+ newline) to a file on the node, or inside one of its containers."""
+        if container is None:
+            p = self.host_path(node, path)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            with open(p, "a") as fh:
+                fh.write(line + "\n")
+                fh.flush()
+            return
+        self.exec(node, ["docker", "exec", "-i", container, "sh", "-c",
+                         'mkdir -p "$(dirname "$1")" && cat >> "$1"', "sh", path],
+                  input=line + "\n")
+
+    def ray_nodes(self) -> list[dict]:
+        """The real Ray node table, read in the head's container."""
+        from tests.lab.ray import node_table
+        return node_table(self)
+
+    def set_gpu_mode(self, node: str | Node, mode: str,
+                     apps: list[tuple[int, str, int]] | tuple = (), utilization: int = 0) -> None:
+        """What the node's nvidia-smi reports: "gb10" or "h200", and its compute apps.
+
+        Containers started later get the new state (the hook copies it in at start).
+        """
+        from tests.lab.gpu_state import write_state
+        n = self.node(node)
+        write_state(n.path / "sbin" / "nvidia-smi.json", mode, index=n.index, apps=apps,
+                    utilization=utilization)
+
     # ------------------------------------------------------------------ persistence
     def save(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
