@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   need=()
-  for pkg in docker.io openssh-server iproute2 iptables busybox-static tmux python3-pip; do
+  for pkg in docker.io openssh-server openssh-client iproute2 iptables busybox-static tmux \
+             procps python3-pip; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   if [ ${#need[@]} -gt 0 ]; then
@@ -14,3 +15,8 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   fi
 fi
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+# The test lab's node image (Debian python3.11 + Ray, cached under ~/.cache/sparktui-lab):
+# built here once so the first `python -m tests.lab up` and the lab tests start in seconds.
+if [ "$(id -u)" = 0 ] && [ "$(uname -s)" = Linux ] && [ -x /usr/bin/python3.11 ]; then
+  python3 -m tests.lab build-image
+fi

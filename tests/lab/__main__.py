@@ -1,4 +1,4 @@
-"""`python -m tests.lab up|status|down|gc` — the lab from the command line.
+"""`python -m tests.lab up|status|down|list|gc|build-image` — the lab from the command line.
 
 `up` prints progress on stderr and the written config's path as the last line of stdout.
 """
@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("down", help="remove a lab (default: the last one `up` made)")
     d.add_argument("lab", nargs="?", help="lab id (e.g. sl10) or its config path")
     sub.add_parser("list", help="ids of the labs on this machine")
+    sub.add_parser("build-image", help="build (or find cached) the node image tarball")
     sub.add_parser("gc", help="remove labs whose owning test session died")
     a = p.parse_args(argv)
     try:
@@ -68,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         elif a.cmd == "list":
             for lab_id in lab_ids():
                 print(lab_id)
+        elif a.cmd == "build-image":
+            from tests.lab import image
+            print(image.tarball())
         elif a.cmd == "gc":
             for lab_id in labmod.gc():
                 print(lab_id)
