@@ -102,6 +102,10 @@ def run(args, action: str) -> int:
             print(f"output of the failed step on {result.failed_step.node}:", file=sys.stderr)
             for line in result.failed_step.output.splitlines():
                 print(f"  | {line}", file=sys.stderr)
+        if result.log_tail:
+            print(f"last lines of {cfg.vllm.log} on {cfg.head.name}:", file=sys.stderr)
+            for line in result.log_tail.splitlines():
+                print(f"  | {line}", file=sys.stderr)
         print(f"{action}: {result.state}: {result.message}",
               file=sys.stdout if result.ok else sys.stderr)
     if result.state == "refused":

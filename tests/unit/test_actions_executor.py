@@ -196,3 +196,15 @@ async def test_unreachable_node_fails_with_its_name():
     plan = Plan("p", [Stage("s", (Step("ghost", "do", (cmd("true", mutating=True),)),))])
     result = await execute(plan, transports("a"))
     assert not result.ok and "ghost" in result.message
+
+
+async def test_a_sufficient_wait_covers_the_other_waits_of_its_stage():
+    plan = Plan("w", [Stage("wait", (
+        Step("a", "whole cluster", (sh("sleep 0.2"),), kind="wait", timeout=10,
+             interval=0.1, sufficient=True),
+        Step("b", "raylet", (sh("exit 1"),), kind="wait", timeout=10, interval=0.1),
+    ))])
+    t0 = time.monotonic()
+    result = await execute(plan, transports("a", "b"))
+    assert result.ok and time.monotonic() - t0 < 2
+    assert result.steps[1].state == "ok" and "covered by: whole cluster" in result.steps[1].message

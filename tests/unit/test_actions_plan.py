@@ -177,3 +177,15 @@ def test_registry_drops_mutating_actions_when_read_only():
     assert [a.name for a in available_actions(False)] == [
         "teardown", "restart", "serve", "doctor"]
     assert not build_plan("doctor", cfg()).mutating
+
+
+def test_serve_log_diagnosis_uses_the_knowledge_base():
+    from sparktui.core.actions import diagnose_log_text
+
+    text = ("=== sparktui serve 2026-01-01T00:00:00Z ===\n"
+            "INFO 11-29 22:00:01 [ray_utils.py:1] Waiting for creating a placement group of "
+            "specs for 10 seconds. specs=[{'GPU': 1.0, 'node:198.19.5.11': 0.001}, "
+            "{'GPU': 1.0}]. Check ray status\n")
+    findings = diagnose_log_text(text, cfg())
+    assert findings and findings[0].source == "log" and "198.19.5.11" in findings[0].message
+    assert diagnose_log_text("", cfg()) == []

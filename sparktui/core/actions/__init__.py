@@ -76,6 +76,8 @@ def build_plan(name: str, cfg) -> Plan:
     return doctor.doctor_plan(cfg)
 
 
+LOG_TAIL_LINES = 25
+
 # Findings that stop serve's preflight (besides every error).
 SERVE_BLOCKERS = ("vllm-already-serving",)
 
@@ -150,7 +152,8 @@ async def run_action(name: str, cfg, transports: dict | None = None,
                 result = await executor.run()
                 result.findings = findings + result.findings
                 if name == "serve" and not result.ok and plan.source == "builtin":
-                    result.findings = await _diagnose_serve(cfg, transports) + result.findings
+                    diag, result.log_tail = await _diagnose_serve(cfg, transports)
+                    result.findings = diag + result.findings
                 result.duration = time.monotonic() - start
                 return result
         except ActionBusy as e:
@@ -161,18 +164,19 @@ async def run_action(name: str, cfg, transports: dict | None = None,
                                  return_exceptions=True)
 
 
-async def _diagnose_serve(cfg, transports: dict) -> list:
-    """Read this run's part of the vLLM log on the head and diagnose it."""
+async def _diagnose_serve(cfg, transports: dict) -> tuple[list, str]:
+    """Read this run's part of the vLLM log on the head and diagnose it, with live state
+    joined in (the fix names the node and the IP)."""
     from sparktui.core.actions.builtin import SERVE_MARKER_PREFIX
     from sparktui.core.command import cmd
 
     head = cfg.head
     t = transports.get(head.name)
     if t is None:
-        return []
+        return [], ""
     text = ""
-    for c in (cmd("docker", "exec", head.container.name, "tail", "-n", "3000", cfg.vllm.log),
-              cmd("tail", "-n", "3000", cfg.vllm.log)):
+    for c in (cmd("docker", "exec", head.container.name, "tail", "-n", "5000", cfg.vllm.log),
+              cmd("tail", "-n", "5000", cfg.vllm.log)):
         try:
             r = await t.run(c)
         except Exception:
@@ -182,19 +186,27 @@ async def _diagnose_serve(cfg, transports: dict) -> list:
             break
     if SERVE_MARKER_PREFIX in text:
         text = text[text.rindex(SERVE_MARKER_PREFIX):]
-    return diagnose_log_text(text, cfg)
+    snapshot = None
+    if text:
+        try:
+            from sparktui.core.monitor import Monitor
+
+            snapshot = await Monitor(cfg, transports).refresh(wait=None, with_ray=True)
+        except Exception:
+            snapshot = None
+    tail = "\n".join(text.splitlines()[-LOG_TAIL_LINES:])
+    return diagnose_log_text(text, cfg, snapshot), tail
 
 
-def diagnose_log_text(text: str, cfg) -> list:
-    """The knowledge base's findings on a log text (the one call site of sparktui.knowledge
-    here). Empty when the knowledge package is not available."""
+def diagnose_log_text(text: str, cfg, snapshot=None) -> list:
+    """The knowledge base's findings on a log text, root cause first (the one call site of
+    sparktui.knowledge here). A broken knowledge base never hides the failure itself."""
     if not text:
         return []
     try:
-        from sparktui.knowledge import diagnose_text  # type: ignore[attr-defined]
-    except ImportError:
-        return []
-    try:
-        return list(diagnose_text(text, cfg))
+        from sparktui.knowledge import Matcher, diagnose_bytes, join, load_for_config
+
+        findings = diagnose_bytes(text.encode("utf-8", "replace"), Matcher(load_for_config(cfg)))
+        return list(join(findings, snapshot)) if snapshot is not None else list(findings)
     except Exception:  # diagnosis is a help, never a reason to crash the report
         return []

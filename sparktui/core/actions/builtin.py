@@ -120,8 +120,8 @@ def _teardown_stage(cfg: Config) -> Stage:
 
 
 def _rm_verdict(result: Result) -> Verdict:
-    if result.ok:
-        return "ok", "removed"
+    if result.ok:  # `docker rm -f` prints the name it removed; nothing when there was none
+        return "ok", "removed" if result.stdout.strip() else "already absent"
     if "no such container" in (result.stderr + result.stdout).lower():
         return "ok", "already absent"
     if result.timed_out:
@@ -198,7 +198,7 @@ def restart_plan(cfg: Config) -> Plan:
         head.name, "wait until Ray lists every node alive under its configured ip",
         (sh(RAY_TABLE_SCRIPT, head.container.name, _ray_snippet(), timeout=30),),
         kind="wait", timeout=RAY_TIMEOUT, interval=1.0,
-        verdict=partial(ray_ready_verdict, cfg),
+        verdict=partial(ray_ready_verdict, cfg), sufficient=True,
         until=f"{len(cfg.nodes)} alive Ray nodes at "
               + ", ".join(n.ip or f"{n.name}(any ip)" for n in cfg.nodes)
               + (f", >= {need} GPUs" if need > 1 else ""))]
@@ -247,6 +247,6 @@ def serve_plan(cfg: Config) -> Plan:
         Stage("wait for /health", (Step(
             head.name, f"wait for vLLM's /health on port {cfg.vllm.port}",
             (sh(HEALTH_SCRIPT, str(cfg.vllm.port), c, timeout=20),),
-            kind="wait", timeout=cfg.vllm.health_timeout, interval=2.0, grace=5.0,
+            kind="wait", timeout=cfg.vllm.health_timeout, interval=2.0, grace=2.0,
             until=f"HTTP 200 from http://127.0.0.1:{cfg.vllm.port}/health on {head.name}"),)),
     ], preflight=True, title=f"Serve {cfg.vllm.model} on {head.name}")

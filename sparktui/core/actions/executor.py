@@ -70,6 +70,7 @@ class StepResult:
     duration: float = 0.0
     commands: list[CommandRecord] = field(default_factory=list)  # waits: the last poll only
     polls: int = 0
+    started: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"stage": self.stage, "stage_name": self.stage_name, "step": self.step,
@@ -89,10 +90,12 @@ class ActionResult:
     findings: list[Finding] = field(default_factory=list)
     duration: float = 0.0
     failed_step: StepResult | None = None
+    log_tail: str = ""  # serve: the end of this run's vLLM log, when it failed
 
     def to_dict(self) -> dict[str, Any]:
         return {"action": self.action, "ok": self.ok, "state": self.state,
                 "message": self.message, "duration_s": round(self.duration, 3),
+                "log_tail": self.log_tail or None,
                 "failed": None if self.failed_step is None else {
                     "node": self.failed_step.node, "step": self.failed_step.description,
                     "stage": self.failed_step.stage_name, "output": self.failed_step.output},
@@ -178,7 +181,7 @@ class Executor:
             for _idx, (_st, s, r) in self._by_step.items():
                 for c in s.commands:
                     self._audit(s.node, c, "refused", message="read-only")
-                await self._emit(r, "refused", why)
+                await self._emit(r, "refused", "refused: read-only mode")
             return ActionResult(self.plan.action, False, "refused", why, self.results,
                                 duration=time.monotonic() - start)
         failed: StepResult | None = None
@@ -215,10 +218,22 @@ class Executor:
             pending = set(tasks)
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                covered_by = None
                 for t in done:
                     s, r = tasks[t]
                     if r.state in ("failed", "refused") and first_failure is None:
                         first_failure = r
+                    if r.state == "ok" and s.sufficient:
+                        covered_by = r
+                if covered_by is not None and first_failure is None:
+                    for t in pending:
+                        if tasks[t][0].kind == "wait":
+                            t.cancel()
+                            await asyncio.gather(t, return_exceptions=True)
+                            r = tasks[t][1]
+                            r.duration = time.monotonic() - r.started
+                            await self._emit(r, "ok", f"covered by: {covered_by.description}",
+                                             elapsed=r.duration)
                 if first_failure is not None:
                     # Waits are only watching: stop them. Started commands run to the end.
                     for t in pending:
@@ -237,6 +252,7 @@ class Executor:
 
     async def _run_step(self, s: Step, r: StepResult) -> None:
         t0 = time.monotonic()
+        r.started = t0
         await self._emit(r, "running", s.description)
         transport = self.transports.get(s.node)
         try:

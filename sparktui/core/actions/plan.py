@@ -55,6 +55,7 @@ class Step:
     grace: float = 0.0
     verdict: Callable[[Result], Verdict] | None = None
     until: str = ""  # what a wait waits for, in words (dry-run)
+    sufficient: bool = False  # once ok, the other waits of its stage are covered (ok)
 
     @property
     def mutating(self) -> bool:

@@ -49,7 +49,8 @@ def script_verdict(result: Result) -> Verdict:
 
 
 def script_plan(cfg: Config, action: ScriptAction, *, now: float | None = None,
-                run_root: str = RUN_ROOT) -> Plan:
+                run_root: str | None = None) -> Plan:
+    run_root = run_root or RUN_ROOT
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now if now is not None else time.time()))
     stages = []
     for name in action.nodes:
