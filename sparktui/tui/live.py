@@ -1,0 +1,106 @@
+"""The live Backend: the real Monitor, log follower, knowledge base and actions layer.
+
+Nothing here decides anything the CLI does not: snapshots and checks come from the
+Monitor, log findings from `sparktui.knowledge` (matcher, triage, live join), plans and
+runs from `sparktui.core.actions`. Actions share the monitor's transports (one connection
+per node); a read-only config makes those transports refuse every mutating command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from sparktui.core.model import ClusterSnapshot, Finding
+from sparktui.tui.backend import (
+    ActionOutcome,
+    Backend,
+    Emit,
+    LogMark,
+    PlanLine,
+    PlanView,
+    Progress,
+)
+
+if TYPE_CHECKING:
+    from sparktui.config import Config
+    from sparktui.core.actions import Plan
+    from sparktui.core.monitor import Monitor
+
+
+def plan_view(plan: Plan) -> PlanView:
+    """A core Plan as the confirmation dialog shows it: per step and node, exact commands."""
+    from sparktui.core.actions.plan import shell_masked
+
+    lines = []
+    for _i, stage, step in plan.steps:
+        what = step.description
+        if step.kind == "wait":
+            what += f" (every {step.interval:g}s, up to {step.timeout:g}s"
+            what += f", until {step.until})" if step.until else ")"
+        lines.append(PlanLine(stage.name, step.node, what,
+                              tuple(shell_masked(c) for c in step.commands)))
+    return PlanView(plan.action, plan.title or plan.action, plan.mutating, lines,
+                    list(plan.warnings), plan.preflight)
+
+
+class LiveBackend(Backend):
+    def __init__(self, cfg: Config, *, read_only: bool = False,
+                 monitor: Monitor | None = None) -> None:
+        super().__init__(cfg, read_only=read_only)
+        cfg.read_only = self.read_only  # the actions layer reads it from the config
+        from sparktui.core.monitor import Monitor
+        from sparktui.knowledge import Diagnosis, Matcher, load_for_config
+
+        self.monitor = monitor or Monitor(cfg, read_only=self.read_only)
+        kb = load_for_config(cfg)
+        self._matcher = Matcher(kb)
+        self._scanner = self._matcher.scanner(1)
+        self._diagnosis = Diagnosis(kb)
+        self._follower = None
+
+    async def refresh(self) -> ClusterSnapshot:
+        return await self.monitor.refresh(wait=self.cfg.refresh_interval)
+
+    async def follow_log(self) -> AsyncIterator[tuple[str, list[str]]]:
+        from sparktui.core.logs import vllm_log_follower
+
+        self._follower = vllm_log_follower(self.cfg, self.monitor.transports[self.cfg.head.name])
+        async for batch in self._follower.batches():
+            yield batch.node, list(batch.lines)
+
+    def scan_log(self, lines: list[str]) -> list[LogMark]:
+        hits = self._scanner.feed_lines(lines)
+        if not hits:
+            return []
+        self._diagnosis.add(hits)
+        return [LogMark(h.line, h.pattern.severity, h.pattern.id) for h in hits
+                if h.pattern.role != "benign"]
+
+    def log_findings(self, snapshot: ClusterSnapshot | None) -> list[Finding]:
+        from sparktui.knowledge import join
+
+        return join(self._diagnosis.findings(), snapshot)
+
+    def plan(self, action: str) -> PlanView:
+        from sparktui.core.actions import PlanError, build_plan
+
+        try:
+            return plan_view(build_plan(action, self.cfg))
+        except PlanError as e:
+            return PlanView(action, action, False, error=str(e))
+
+    async def execute(self, action: str, emit: Emit) -> ActionOutcome:
+        from sparktui.core.actions import run_action
+
+        def on_event(ev) -> None:
+            emit(Progress(ev.action, ev.step, ev.node, ev.description, ev.state,
+                          ev.message or ev.output))
+
+        result = await run_action(action, self.cfg, self.monitor.transports, on_event)
+        return ActionOutcome(result.ok, result.message or result.state, list(result.findings))
+
+    async def close(self) -> None:
+        if self._follower is not None:
+            self._follower.stop()
+        await self.monitor.close()

@@ -1,0 +1,42 @@
+"""Messages the collectors (workers) post to the app: plain dataclasses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from textual.message import Message
+
+from sparktui.core.model import ClusterSnapshot, Finding
+from sparktui.tui.backend import Progress
+
+
+@dataclass
+class SnapshotUpdated(Message):
+    """A fresh ClusterSnapshot from the monitor."""
+
+    snapshot: ClusterSnapshot
+
+
+@dataclass
+class LogBatch(Message):
+    """New lines from a followed log, in order."""
+
+    node: str
+    lines: list[str]
+
+
+@dataclass
+class ActionProgress(Message):
+    """One step of a running action changed state."""
+
+    progress: Progress
+
+
+@dataclass
+class ActionFinished(Message):
+    """A running action ended (ok or not)."""
+
+    action: str
+    ok: bool
+    summary: str
+    findings: list[Finding] = field(default_factory=list)

@@ -1,0 +1,327 @@
+"""The log pane: the followed vLLM log, bounded, written in batches, lines coloured by
+severity (level words, and findings from the knowledge base), `/` filter, findings-only,
+follow/pause with an "N new lines" mark. Log text is data: it is never parsed as markup.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.cache import LRUCache
+from textual.containers import Vertical
+from textual.content import Content
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widgets import Input, Static
+
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
+CONTROL_RE = re.compile("[\u0000-\u0008\u000b-\u001f\u007f]")
+ERROR_RE = re.compile(r"\b(?:ERROR|CRITICAL|FATAL)\b|Traceback \(most recent call last\)"
+                      r"|^\w+(?:Error|Exception): |\bError: ")
+WARNING_RE = re.compile(r"\bWARN(?:ING)?\b")
+HUGE = 2000  # longer lines are shown plain and cut at RENDER_MAX
+RENDER_MAX = 4000
+
+
+def clean(line: str) -> str:
+    """Drop ANSI colour codes and control characters (they would corrupt the screen)."""
+    line = line.rstrip("\r\n")
+    if "\x1b" in line:
+        line = ANSI_RE.sub("", line)
+    return CONTROL_RE.sub("\ufffd", line.expandtabs())
+
+
+def level_of(line: str) -> str:
+    """"error", "warning" or "" from the line's own words; huge lines are not scanned."""
+    if len(line) > HUGE:
+        return ""
+    if ERROR_RE.search(line):
+        return "error"
+    if WARNING_RE.search(line):
+        return "warning"
+    return ""
+
+
+@dataclass(slots=True)
+class LogEntry:
+    seq: int  # line number in this console session, from 1
+    node: str
+    text: str
+    level: str
+    finding: str | None = None  # severity of a finding matched on this line
+    finding_id: str | None = None
+
+
+class LogView(ScrollView, can_focus=True):
+    """A line-API view over the pane's entries (only the visible lines are rendered)."""
+
+    COMPONENT_CLASSES = {
+        "logview--error", "logview--warning", "logview--finding-error",
+        "logview--finding-warning", "logview--finding-info", "logview--node",
+    }
+    BINDINGS = [
+        Binding("G", "scroll_end", "End", show=False),
+        Binding("g", "scroll_home", "Top", show=False),
+    ]
+
+    class Scrolled(Message):
+        """The view moved; the pane updates its status line."""
+
+    def __init__(self, max_lines: int = 20000) -> None:
+        super().__init__(id="log-view")
+        self.max_lines = max_lines
+        self.entries: list[LogEntry] = []
+        self.view: list[LogEntry] = []
+        self.filter_text = ""
+        self.findings_only = False
+        self.follow = True  # `l` toggles: False pauses the view where it is
+        self.pinned = True  # the view sits at the newest line (scrolling up unpins it)
+        self.new_lines = 0
+        self._seq = 0
+        self._width = 0
+        self._sources: set[str] = set()
+        self._cache: LRUCache[tuple[int, str | None], Strip] = LRUCache(2048)
+
+    # ------------------------------------------------------------------ data
+
+    def _passes(self, e: LogEntry) -> bool:
+        if self.findings_only and e.finding is None:
+            return False
+        return not self.filter_text or self.filter_text in e.text.lower()
+
+    def add_lines(self, node: str, lines: list[str]) -> list[LogEntry]:
+        """Append a batch; returns the new entries (with their line numbers)."""
+        new: list[LogEntry] = []
+        for raw in lines:
+            self._seq += 1
+            text = clean(raw)
+            new.append(LogEntry(self._seq, node, text, level_of(text)))
+        if not new:
+            return new
+        self._sources.add(node)
+        self.entries.extend(new)
+        overflow = len(self.entries) - self.max_lines
+        if overflow > 0 and overflow >= max(1, self.max_lines // 20):  # prune in chunks
+            del self.entries[:overflow]
+            first = self.entries[0].seq
+            self.view = [e for e in self.view if e.seq >= first]
+        shown = [e for e in new if self._passes(e)]
+        self.view.extend(shown)
+        self._width = max(self._width, max(min(len(e.text), RENDER_MAX) for e in new) + 4)
+        self.virtual_size = Size(self._width, len(self.view))
+        if shown:
+            if self.following:
+                self.scroll_end(animate=False, x_axis=False)
+            else:
+                self.new_lines += len(shown)
+        self.refresh()
+        self.post_message(self.Scrolled())
+        return new
+
+    def entry(self, seq: int) -> LogEntry | None:
+        if not self.entries:
+            return None
+        i = seq - self.entries[0].seq
+        if 0 <= i < len(self.entries) and self.entries[i].seq == seq:
+            return self.entries[i]
+        return None
+
+    def mark(self, seq: int, severity: str, finding_id: str) -> bool:
+        """Mark a line as matched by a finding (it keeps the worst severity)."""
+        e = self.entry(seq)
+        if e is None:
+            return False
+        rank = {"error": 0, "warning": 1, "info": 2}
+        if e.finding is None or rank.get(severity, 3) < rank.get(e.finding, 3):
+            e.finding, e.finding_id = severity, finding_id
+        if self.findings_only:
+            self.rebuild()
+        else:
+            self.refresh()
+        return True
+
+    def rebuild(self) -> None:
+        """Re-apply filter and findings-only to every buffered line."""
+        self.view = [e for e in self.entries if self._passes(e)]
+        self.virtual_size = Size(self._width, len(self.view))
+        self.new_lines = 0
+        if self.following:
+            self.scroll_end(animate=False, x_axis=False)
+        self.refresh()
+        self.post_message(self.Scrolled())
+
+    @property
+    def following(self) -> bool:
+        """New lines scroll into view (not paused, not scrolled up)."""
+        return self.follow and self.pinned
+
+    def set_filter(self, text: str) -> None:
+        self.filter_text = text.strip().lower()
+        self.rebuild()
+
+    def set_findings_only(self, on: bool) -> None:
+        self.findings_only = on
+        self.rebuild()
+
+    def set_follow(self, on: bool) -> None:
+        self.follow = on
+        if on:
+            self.pinned = True
+            self.new_lines = 0
+            self.scroll_end(animate=False, x_axis=False)
+        self.post_message(self.Scrolled())
+
+    def visible_text(self) -> str:
+        """The lines in view (after filter), for copy and save."""
+        return "\n".join(e.text for e in self.view)
+
+    # ------------------------------------------------------------------ scrolling
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if not self.pinned and new_value >= self.max_scroll_y:
+            self.pinned = True  # the operator scrolled back down to the newest line
+            if self.follow:
+                self.new_lines = 0
+        self.post_message(self.Scrolled())
+
+    def _unpin(self) -> None:
+        if self.max_scroll_y > 0:
+            self.pinned = False
+
+    def action_scroll_up(self) -> None:
+        self._unpin()
+        super().action_scroll_up()
+
+    def action_page_up(self) -> None:
+        self._unpin()
+        super().action_page_up()
+
+    def action_scroll_home(self) -> None:
+        self._unpin()
+        super().action_scroll_home()
+
+    def _on_mouse_scroll_up(self, event) -> None:
+        self._unpin()
+        super()._on_mouse_scroll_up(event)
+
+    def action_scroll_end(self) -> None:
+        self.set_follow(True)
+
+    # ------------------------------------------------------------------ rendering
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._cache.clear()
+
+    def _style(self, e: LogEntry) -> Style:
+        if e.finding:
+            return self.get_component_rich_style(f"logview--finding-{e.finding}")
+        if e.level:
+            return self.get_component_rich_style(f"logview--{e.level}")
+        return Style()
+
+    def _strip(self, e: LogEntry) -> Strip:
+        key = (e.seq, e.finding)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        text = e.text if len(e.text) <= RENDER_MAX else e.text[:RENDER_MAX] + " …"
+        line = Text(no_wrap=True, end="")
+        line.append("▶ " if e.finding else "  ", self._style(e) if e.finding else "")
+        if len(self._sources) > 1:
+            line.append(f"{e.node} ", self.get_component_rich_style("logview--node"))
+        line.append(text, self._style(e))  # plain text: never markup
+        segments = list(line.render(self.app.console))
+        strip = Strip(segments, cell_len(line.plain))
+        self._cache[key] = strip
+        return strip
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        index = scroll_y + y
+        width = self.size.width
+        base = self.rich_style
+        if index >= len(self.view):
+            return Strip.blank(width, base)
+        strip = self._strip(self.view[index])
+        strip = Strip(Segment.apply_style(strip, base), strip.cell_length) if base else strip
+        return strip.crop_extend(scroll_x, scroll_x + width, base)
+
+
+class LogPane(Vertical):
+    """The log view, its status line and the `/` filter input."""
+
+    def __init__(self, source: str, max_lines: int = 20000) -> None:
+        super().__init__(id="log-pane")
+        self.border_title = f"log · {source}"
+        self._max_lines = max_lines
+
+    def compose(self) -> ComposeResult:
+        yield LogView(self._max_lines)
+        yield Static("", id="log-status", markup=False)
+        yield Input(placeholder="filter the log (Enter keeps it, Esc clears)", id="log-filter")
+
+    @property
+    def view(self) -> LogView:
+        return self.query_one(LogView)
+
+    def on_mount(self) -> None:
+        self.query_one("#log-filter", Input).display = False
+        self.update_status()
+
+    def on_log_view_scrolled(self, _: LogView.Scrolled) -> None:
+        self.update_status()
+
+    def update_status(self) -> None:
+        v = self.view
+        parts: list[str | tuple[str, str]] = []
+        if v.following:
+            parts.append(("● follow", "$node-ok"))
+        else:
+            parts.append(("❚❚ paused", "$log-warning"))
+        parts.append(("  ", ""))
+        parts.append((f"{len(v.entries)} lines", "$muted"))
+        if v.filter_text:
+            parts += ["  filter ", (repr(v.filter_text), "bold"), (f" {len(v.view)} match", "$muted")]
+        if v.findings_only:
+            parts += ["  ", ("findings only", "bold $crash")]
+        if v.new_lines:
+            parts += ["  ", (f"↓ {v.new_lines} new lines", "reverse $log-warning"),
+                      (" (End)", "$muted")]
+        self.query_one("#log-status", Static).update(Content.assemble(*parts))
+
+    def open_filter(self) -> None:
+        box = self.query_one("#log-filter", Input)
+        box.display = True
+        box.value = self.view.filter_text
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self.view.set_filter(event.value)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.view.set_filter(event.value)
+        if not event.value:
+            event.input.display = False
+        self.view.focus()
+
+    def on_key(self, event) -> None:
+        box = self.query_one("#log-filter", Input)
+        if event.key == "escape" and box.has_focus:
+            event.stop()
+            box.value = ""
+            self.view.set_filter("")
+            box.display = False
+            self.view.focus()

@@ -1,0 +1,183 @@
+"""One pane per node: role, reachability, the three IPs side by side (configured, the one
+Ray registered, VLLM_HOST_IP) with a mismatch mark, containers, memory bar + history."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.widgets import Sparkline, Static
+
+from sparktui.core.model import NodeState
+from sparktui.core.secrets import mask_secrets
+
+OK = "$node-ok"
+DOWN = "$node-down"
+STALE = "$node-stale"
+MISMATCH = "bold $ip-mismatch"
+MUTED = "$muted"
+IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+
+
+@dataclass(frozen=True)
+class Memory:
+    used_mib: int
+    total_mib: int
+    kind: str  # GPU | unified | RAM
+    utilization_pct: int | None = None
+
+    @property
+    def fraction(self) -> float:
+        return self.used_mib / self.total_mib if self.total_mib else 0.0
+
+
+def memory_of(node: NodeState) -> Memory | None:
+    """GPU memory where the GPU reports it; the shared pool on unified-memory (GB10)."""
+    util = next((g.utilization_pct for g in node.gpus if g.utilization_pct is not None), None)
+    discrete = [g for g in node.gpus if not g.unified and g.memory_total_mib]
+    if discrete:
+        return Memory(sum(g.memory_used_mib or 0 for g in discrete),
+                      sum(g.memory_total_mib or 0 for g in discrete), "GPU", util)
+    unified = [g for g in node.gpus if g.unified]
+    for g in unified:
+        if g.memory_total_mib:
+            return Memory(g.memory_used_mib or 0, g.memory_total_mib, "unified", util)
+    if node.mem_total_mib:
+        used = node.mem_total_mib - (node.mem_available_mib or 0)
+        return Memory(used, node.mem_total_mib, "unified" if unified else "RAM", util)
+    return None
+
+
+def ip_problem(node: NodeState) -> tuple[bool, bool]:
+    """(Ray's IP differs from the configured one, VLLM_HOST_IP differs from Ray's/configured)."""
+    reg = node.ray.registered_ip
+    ray_bad = bool(reg and node.configured_ip and reg != node.configured_ip)
+    host_ip = node.env.get("VLLM_HOST_IP")
+    want = reg or node.configured_ip
+    host_bad = bool(host_ip and want and host_ip != want)
+    return ray_bad, host_bad
+
+
+def _gib(mib: int) -> str:
+    return f"{mib / 1024:.1f}"
+
+
+def bar(fraction: float, width: int) -> Content:
+    filled = max(0, min(width, round(fraction * width)))
+    return Content.assemble(("█" * filled, "$mem-bar"), ("░" * (width - filled), "$mem-free"))
+
+
+def render_node(node: NodeState, container_name: str | None = None) -> Content:
+    """The text part of a node pane (everything but the sparkline)."""
+    parts: list[str | tuple[str, str] | Content] = []
+    lbl = lambda s: (f"{s:<5}", MUTED)  # noqa: E731
+    if node.reachable:
+        parts += [("● reachable", OK)]
+        if node.error:  # reachable before, silent now
+            parts += ["  ", (node.error, STALE)]
+    else:
+        parts += [("✗ unreachable", f"bold {DOWN}"), (f": {node.error or 'no answer yet'}", DOWN)]
+    parts.append("\n")
+
+    ray_bad, host_bad = ip_problem(node)
+    reg = node.ray.registered_ip
+    parts += [lbl("ip"), ("config ", MUTED), (node.configured_ip or "—", "bold"), "\n"]
+    parts += [lbl(""), ("ray    ", MUTED)]
+    if reg:
+        parts.append((reg, MISMATCH if ray_bad else "bold"))
+        parts.append(("  ≠ MISMATCH" if ray_bad else "  ✓", MISMATCH if ray_bad else OK))
+    elif node.ray.alive is False:
+        parts.append(("not in Ray", DOWN))
+    else:
+        parts.append(("?", STALE))
+    parts.append("\n")
+    host_ip = node.env.get("VLLM_HOST_IP")
+    parts += [lbl(""), ("VLLM_HOST_IP ", MUTED)]
+    if host_ip:
+        parts.append((host_ip, MISMATCH if host_bad else ""))
+        if host_bad:
+            parts.append(("  ≠ MISMATCH", MISMATCH))
+    else:
+        parts.append(("unset", STALE))
+    parts.append("\n")
+
+    parts.append(lbl("ray"))
+    if node.ray.alive:
+        gpus = f" · {node.ray.gpus:g} GPU" if node.ray.gpus else ""
+        parts += [("alive", OK), (gpus, "")]
+    elif node.ray.alive is False:
+        why = f": {node.ray.death_reason}" if node.ray.death_reason else ""
+        parts.append((("dead" if reg else "absent") + why, DOWN))
+    else:
+        parts.append(("unknown", STALE))
+    parts.append("\n")
+
+    containers = node.containers
+    if container_name:  # the configured container first
+        containers = sorted(containers, key=lambda c: c.name != container_name)
+    if not containers:
+        parts += [lbl("ctr"), ("no containers" if node.reachable else "—", STALE), "\n"]
+    for i, c in enumerate(containers[:3]):
+        style = OK if c.running else DOWN
+        parts += [lbl("ctr" if i == 0 else ""), (c.name, "bold"), " ", (c.state, style)]
+        if c.status:
+            parts += [" ", (c.status, MUTED)]
+        parts.append("\n")
+    if len(containers) > 3:
+        parts += [lbl(""), (f"+{len(containers) - 3} more", MUTED), "\n"]
+
+    env = mask_secrets({k: v for k, v in node.env.items() if k in IFNAME_VARS})
+    if env:  # NCCL_SOCKET_IFNAME=x GLOO_SOCKET_IFNAME=x -> "ifname NCCL,GLOO=x"
+        by_value: dict[str, list[str]] = {}
+        for k, v in sorted(env.items()):
+            by_value.setdefault(v, []).append(k.split("_", 1)[0])
+        parts.append(lbl("nic"))
+        parts.append((" ".join(f"{','.join(ks)}={v}" for v, ks in by_value.items()), MUTED))
+        parts.append("\n")
+
+    mem = memory_of(node)
+    parts.append(lbl("mem"))
+    if mem:
+        parts += [bar(mem.fraction, 16), " ",
+                  f"{_gib(mem.used_mib)}/{_gib(mem.total_mib)} GiB ", (mem.kind, MUTED)]
+        if mem.utilization_pct is not None:
+            parts += [("  util ", MUTED), f"{mem.utilization_pct}%"]
+    else:
+        parts.append(("—", STALE))
+    return Content.assemble(*parts)
+
+
+class NodePane(Vertical):
+    """A node's state; `update_state` redraws it from a NodeState and its memory history."""
+
+    def __init__(self, node: NodeState, container_name: str | None = None) -> None:
+        super().__init__(id=f"node-{node.name}", classes="node-pane")
+        self.node_name = node.name
+        self.container_name = container_name
+        self._node = node
+
+    def compose(self) -> ComposeResult:
+        yield Static(render_node(self._node, self.container_name), classes="node-body",
+                     markup=False)
+        with Horizontal(classes="node-history"):
+            yield Static(Content.styled("history ", MUTED), classes="node-history-label")
+            yield Sparkline([], classes="node-spark")
+
+    def on_mount(self) -> None:
+        self.update_state(self._node, [])
+
+    def update_state(self, node: NodeState, history: list[float]) -> None:
+        self._node = node
+        self.border_title = Content.assemble((node.name, "bold"), f" · {node.role}")
+        self.border_subtitle = node.host
+        ray_bad, host_bad = ip_problem(node)
+        self.set_class(not node.reachable, "-down")
+        self.set_class(node.reachable and (ray_bad or host_bad), "-mismatch")
+        self.set_class(node.reachable and not (ray_bad or host_bad), "-ok")
+        if not self.is_mounted:
+            return
+        self.query_one(".node-body", Static).update(render_node(node, self.container_name))
+        spark = self.query_one(Sparkline)
+        spark.data = list(history) if history else [0.0]
