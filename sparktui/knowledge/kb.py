@@ -261,8 +261,9 @@ def _raw_id(item: Any, where: str, index: int) -> str:
 def _str_list(value: Any, fail) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
-    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-        raise fail("must be a string or a list of non-empty strings")
+    if (not isinstance(value, list) or not value
+            or not all(isinstance(v, str) and v.strip() for v in value)):
+        raise fail("must be a string or a non-empty list of non-empty strings")
     return tuple(v.strip() for v in value)
 
 

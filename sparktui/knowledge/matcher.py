@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from sparktui.knowledge.kb import MAX_SPAN, KnowledgeBase, Pattern
+from sparktui.knowledge.kb import KnowledgeBase, Pattern
 
 try:  # google-re2 is a declared dependency; stay correct (slow) without it
     import re2 as _re2
@@ -34,7 +34,8 @@ MAX_TEXT = 2000                  # characters of the line kept in a hit (for dis
 MAX_PARTIAL = 8 << 20            # a "line" longer than this without a newline is cut
 OVERLAP_LINES = 2                # lines of the previous region rescanned (wrapped anchors)
 
-ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+# CSI (colours), OSC (titles, links) and two-byte escapes; never across a newline
+ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 ANSI_RE_B = re.compile(ANSI_RE.pattern.encode())
 REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 # "(EngineCore_DP0 pid=1088) (RayWorkerWrapper pid=285, ip=192.168.177.12) ERROR ..."
@@ -67,6 +68,28 @@ def clean_line(text: str) -> str:
     if "repeated" in text:
         text = REPEATED_RE.sub("", text)
     return text
+
+
+def strip_ansi_bytes(text: bytes) -> bytes:
+    """`text` without ANSI escapes; line structure kept. Cheap when escapes are rare."""
+    i = text.find(b"\x1b")
+    if i < 0:
+        return text
+    if text.count(b"\x1b", i) * 4096 > len(text):   # a coloured log: one pass over all
+        return ANSI_RE_B.sub(b"", text)
+    parts: list[bytes] = []
+    last = 0
+    while i >= 0:
+        start = text.rfind(b"\n", last, i) + 1 or last
+        end = text.find(b"\n", i)
+        if end < 0:
+            end = len(text)
+        parts.append(text[last:start])
+        parts.append(ANSI_RE_B.sub(b"", text[start:end]))
+        last = end
+        i = text.find(b"\x1b", end)
+    parts.append(text[last:])
+    return b"".join(parts)
 
 
 def strip_prefixes(text: str) -> str:
@@ -210,33 +233,41 @@ class Scanner:
     def __init__(self, matcher: Matcher, *, first_line: int = 1) -> None:
         self.m = matcher
         self.next_line = first_line           # number of the next line not yet scanned
-        self._partial = bytearray()
-        self._overlap: deque[bytes] = deque(maxlen=OVERLAP_LINES)
+        self._carry = b""                     # the unfinished last line
+        self._overlap = b""                   # last lines of the previous region
+        self._overlap_n = 0
         self._recent: deque[tuple[int, int]] = deque(maxlen=256)   # (line, pattern idx)
         self._pending: list[_Pending] = []
-        self._after: deque[str] = deque(maxlen=MAX_SPAN)  # lines after a pending hit
         self.bytes_seen = 0
 
     # -- input ----------------------------------------------------------------------------
     def feed(self, data: bytes) -> list[Hit]:
+        """Any bytes; complete lines are scanned now, an unfinished one waits."""
         self.bytes_seen += len(data)
+        if self._carry:
+            data = self._carry + data
+            self._carry = b""
         hits: list[Hit] = []
-        self._partial += data
-        while True:
-            if len(self._partial) <= CHUNK:
-                cut = self._partial.rfind(b"\n")
-            else:  # consume in ~CHUNK regions so work stays bounded
-                cut = self._partial.rfind(b"\n", 0, CHUNK)
+        pos = 0
+        n = len(data)
+        while pos < n:
+            if n - pos <= CHUNK:
+                cut = data.rfind(b"\n", pos)
+            else:   # bounded regions, whatever the caller hands us
+                cut = data.rfind(b"\n", pos, pos + CHUNK)
                 if cut < 0:
-                    cut = self._partial.find(b"\n", CHUNK)
+                    cut = data.find(b"\n", pos + CHUNK)
             if cut < 0:
-                if len(self._partial) > MAX_PARTIAL:   # a monster line: cut it here
-                    self._partial += b"\n"
-                    continue
+                rest = data[pos:] if pos else data
+                if len(rest) > MAX_PARTIAL:    # a monster line: cut it here
+                    hits += self._region(rest + b"\n")
+                else:
+                    self._carry = rest
                 return hits
-            region = bytes(self._partial[:cut + 1])
-            del self._partial[:cut + 1]
-            hits += self._region(region, final=False)
+            region = data if (pos == 0 and cut == n - 1) else data[pos:cut + 1]
+            hits += self._region(region)
+            pos = cut + 1
+        return hits
 
     def feed_lines(self, lines: Sequence[str]) -> list[Hit]:
         """Complete lines (without newlines), e.g. a follower's batch."""
@@ -248,33 +279,41 @@ class Scanner:
     def close(self) -> list[Hit]:
         """End of input: scan the unfinished last line, settle pending hits."""
         hits: list[Hit] = []
-        if self._partial:
-            region = bytes(self._partial) + b"\n"
-            self._partial.clear()
-            hits += self._region(region, final=True)
-        hits += self._settle(final=True)
+        if self._carry:
+            region = self._carry + b"\n"
+            self._carry = b""
+            hits += self._region(region)
+        self._pending = []
         return hits
 
     # -- scanning -------------------------------------------------------------------------
-    def _region(self, region: bytes, final: bool) -> list[Hit]:
-        overlap = b"".join(self._overlap)
-        n_overlap = len(self._overlap)
-        text = overlap + region
-        base = self.next_line - n_overlap
-        if b"\x1b" in text:
-            text = ANSI_RE_B.sub(b"", text)
-        lines_in_region = region.count(b"\n")
-        # pending hits waiting for continuation lines get the first lines of this region
-        hits = self._feed_pending(region)
+    def _region(self, region: bytes) -> list[Hit]:
+        """Scan complete lines (ending in a newline), with a little overlap before them."""
+        hits = self._feed_pending(region) if self._pending else []
+        text = self._overlap + region if self._overlap else region
+        base = self.next_line - self._overlap_n
+        text = strip_ansi_bytes(text)
         cands = self.m.candidates(text)
         if cands:
             hits += self._evaluate(text, base, cands)
-        self.next_line += lines_in_region
-        tail = region.rsplit(b"\n", OVERLAP_LINES + 1)[-OVERLAP_LINES - 1:-1]
-        for ln in tail:
-            self._overlap.append(ln + b"\n")
-        hits += self._settle(final=final)
-        return _suppress_benign(hits)
+            newlines = self._counted + text.count(b"\n", self._counted_at)
+            newlines -= self._overlap_n
+        else:
+            newlines = region.count(b"\n")
+        self.next_line += newlines
+        # keep the last OVERLAP_LINES lines: a wrapped anchor may start there
+        k = len(region)
+        for _ in range(OVERLAP_LINES):
+            k = region.rfind(b"\n", 0, k - 1) if k > 1 else -1
+            if k < 0:
+                break
+        self._overlap = region[k + 1:] if k >= 0 else region
+        self._overlap_n = self._overlap.count(b"\n")
+        if len(self._overlap) > MAX_EVAL:
+            self._overlap, self._overlap_n = b"", 0
+        if len(self._pending) > 64:   # never let waiting hits grow without bound
+            self._pending = self._pending[-64:]
+        return _suppress_benign(hits) if hits else hits
 
     def _evaluate(self, text: bytes, base: int, cands: list[tuple[int, int]]) -> list[Hit]:
         hits: list[Hit] = []
@@ -284,6 +323,7 @@ class Scanner:
         for pos, pidx in cands:
             line_no += text.count(b"\n", last, pos)
             last = pos
+            self._counted, self._counted_at = line_no - base, pos
             key = (line_no, pidx)
             if key in done or key in self._recent:
                 continue
@@ -318,9 +358,8 @@ class Scanner:
         if not self._pending:
             return []
         need = max(p.pattern.span - len(p.rest) for p in self._pending)
-        lines = region.split(b"\n", need)[:need]
-        if len(lines) > region.count(b"\n"):
-            lines = lines[:region.count(b"\n")]
+        parts = region.split(b"\n", need)
+        lines = parts[:-1] if len(parts) <= need else parts[:need]
         decoded = [_decode(ANSI_RE_B.sub(b"", ln[:MAX_EVAL])) for ln in lines]
         hits: list[Hit] = []
         keep: list[_Pending] = []
@@ -333,13 +372,6 @@ class Scanner:
                 keep.append(p)
         self._pending = keep
         return hits
-
-    def _settle(self, final: bool) -> list[Hit]:
-        if final:
-            self._pending = []
-        elif len(self._pending) > 64:   # never let waiting hits grow without bound
-            self._pending = self._pending[-64:]
-        return []
 
 
 def _decode(b: bytes) -> str:
@@ -378,8 +410,8 @@ def _match(pattern: Pattern, line: int, first: str, pos: int, rest: list[str]) -
 
 
 def _suppress_benign(hits: list[Hit]) -> list[Hit]:
-    """A benign hit silences every other pattern on the same line."""
+    """A benign hit silences alarms on the same line (context captures stay)."""
     benign = {h.line for h in hits if h.pattern.role == "benign"}
     if not benign:
         return hits
-    return [h for h in hits if h.pattern.role == "benign" or h.line not in benign]
+    return [h for h in hits if h.pattern.role in ("benign", "context") or h.line not in benign]
