@@ -1,0 +1,377 @@
+"""The console driven through Pilot: keys, read-only, confirmation, filter, findings."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import Static
+
+from sparktui.tui.app import SparkApp
+from sparktui.tui.screens.confirm import ConfirmScreen
+from sparktui.tui.screens.help import HelpScreen
+from sparktui.tui.screens.progress import ProgressScreen
+from sparktui.tui.widgets.findings import FindingDetail, FindingsList
+from sparktui.tui.widgets.log_pane import LogPane, LogView
+from sparktui.tui.widgets.node_pane import NodePane
+from tests.tui.support import TestBackend, seed_config, seed_log_lines, seed_snapshot
+
+SIZE = (160, 50)
+
+
+async def make_app(*, read_only: bool = False, theme: str | None = None, themes_dir=None,
+                   max_log_lines: int = 20000, **cfg_overrides) -> tuple[SparkApp, TestBackend]:
+    cfg = seed_config(**cfg_overrides)
+    backend = TestBackend(cfg, await seed_snapshot(cfg), read_only=read_only)
+    app = SparkApp(backend, theme=theme, user_themes_dir=themes_dir,
+                   max_log_lines=max_log_lines)
+    return app, backend
+
+
+def plain(widget: Static) -> str:
+    content = widget.content
+    return getattr(content, "plain", str(content))
+
+
+def notices(app: SparkApp) -> list[str]:
+    return [n.message for n in app._notifications]
+
+
+def detail_text(app: SparkApp) -> str:
+    return plain(app.screen.query_one(FindingDetail).query_one("#finding-text", Static))
+
+
+# ------------------------------------------------------------------ main screen
+
+
+async def test_node_panes_show_both_ips_and_mismatch():
+    app, _ = await make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.3)
+        panes = {p.node_name: p for p in app.screen.query(NodePane)}
+        s1 = plain(panes["spark-1"].query_one(".node-body", Static))
+        s2 = plain(panes["spark-2"].query_one(".node-body", Static))
+        assert "config 192.168.200.12" in s1 and "ray    10.1.230.180" in s1
+        assert "≠ MISMATCH" in s1 and panes["spark-1"].has_class("-mismatch")
+        assert "192.168.200.13" in s2 and "MISMATCH" not in s2 and panes["spark-2"].has_class("-ok")
+        assert "VLLM_HOST_IP 192.168.200.12" in s1
+        assert "unified" in s1 and "GiB" in s1
+
+
+async def test_footer_keys_and_help_list_every_action():
+    app, _ = await make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        keys = {b.binding.id: k for k, b in app.screen.active_bindings.items() if b.binding.id}
+        for action_id, key in (("teardown", "t"), ("restart", "r"), ("serve", "s"),
+                               ("preflight", "d"), ("filter", "slash"), ("findings", "f"),
+                               ("log", "l"), ("copy", "c"), ("help", "question_mark"),
+                               ("quit", "q")):
+            assert keys.get(action_id) == key, action_id
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        text = plain(app.screen.query_one("#help-text", Static))
+        for action_id in ("teardown", "restart", "serve", "preflight", "filter", "findings",
+                          "log", "copy", "help", "quit"):
+            assert action_id in text
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_palette_offers_the_actions():
+    app, _ = await make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.1)
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert any(t.startswith("Teardown") for t in titles)
+        assert any(t.startswith("Preflight") for t in titles)
+
+
+async def test_ctrl_c_does_not_quit():
+    app, _ = await make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+c")
+        await pilot.pause(0.1)
+        assert app.is_running
+        assert any("Press q to quit" in m for m in notices(app))
+
+
+async def test_quit_sends_nothing_that_changes_a_node():
+    app, backend = await make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        await pilot.press("q")
+        await pilot.pause(0.1)
+    assert not app.is_running
+    assert backend.mutating_sent() == []
+
+
+async def test_keymap_remaps_an_action():
+    app, _ = await make_app(keymap={"teardown": "x"})
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.1)
+        await pilot.press("t")
+        assert not isinstance(app.screen, ConfirmScreen)
+        await pilot.press("x")
+        assert isinstance(app.screen, ConfirmScreen)
+
+
+# ------------------------------------------------------------------ read-only
+
+
+async def test_read_only_drops_mutating_actions_everywhere():
+    app, backend = await make_app(read_only=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        assert app.screen.query_one("#badge-readonly").display
+        shown = {b.binding.id for b in app.screen.active_bindings.values() if b.binding.show}
+        assert not shown & {"teardown", "restart", "serve"}
+        assert {"preflight", "filter", "quit"} <= shown
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert not any(t.split()[0] in ("Teardown", "Restart", "Serve") for t in titles)
+        for key in ("t", "r", "s"):
+            await pilot.press(key)
+            await pilot.pause(0.05)
+            assert not isinstance(app.screen, ConfirmScreen)
+        assert sum("Read-only" in m for m in notices(app)) == 3
+        await pilot.press("question_mark")
+        text = plain(app.screen.query_one("#help-text", Static))
+        assert "teardown " not in text.split("READ-ONLY")[0]
+        assert "READ-ONLY" in text
+    assert backend.mutating_sent() == []
+
+
+async def test_read_only_transport_refuses_even_when_asked_directly():
+    _, backend = await make_app(read_only=True)
+    events = []
+    outcome = await backend.execute("teardown", events.append)
+    assert not outcome.ok and "read-only" in outcome.summary
+    assert backend.mutating_sent() == []
+    assert all(t.read_only for t in backend.monitor.transports.values())
+
+
+# ------------------------------------------------------------------ confirmation
+
+
+async def test_teardown_confirmation_focuses_cancel_and_shows_commands_per_node():
+    app, backend = await make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        await pilot.press("t")
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.focused is not None and app.focused.id == "cancel"
+        text = plain(app.screen.query_one("#confirm-text", Static))
+        assert "[spark-1]" in text and "[spark-2]" in text
+        assert "$ docker rm -f vllm_node" in text or "docker" in text
+        await pilot.press("enter")  # Enter on Cancel: nothing runs
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert any("cancelled" in m for m in notices(app))
+    assert backend.mutating_sent() == []
+
+
+async def test_confirmed_teardown_runs_through_the_actions_layer_with_progress():
+    app, backend = await make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        await pilot.press("t")
+        await pilot.press("tab")  # to the action's own button
+        assert app.focused.id == "confirm"
+        await pilot.press("enter")
+        await pilot.pause(0.5)
+        assert isinstance(app.screen, ProgressScreen)
+        progress = app.screen
+        for _ in range(40):
+            if progress.summary is not None:
+                break
+            await pilot.pause(0.1)
+        assert progress.summary is not None
+        assert {p.node for p in progress.rows} == {"spark-1", "spark-2"}
+        assert all(p.state != "pending" for p in progress.rows)
+    sent = backend.mutating_sent()
+    assert sent and all("docker" in " ".join(argv) for argv in sent)
+
+
+# ------------------------------------------------------------------ findings
+
+
+async def test_selecting_a_finding_shows_live_names_and_ips():
+    app, _ = await make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.3)
+        flist = app.screen.query_one(FindingsList)
+        assert app.focused is flist
+        ids = [k.split(":")[1] for k in flist._keys]
+        assert "ray-ip-mismatch" in ids and "vllm-host-ip-mismatch" in ids
+        while flist.selected is None or flist.selected.id != "vllm-host-ip-mismatch":
+            await pilot.press("down")
+        text = detail_text(app)
+        assert "spark-1" in text and "10.1.230.180" in text and "192.168.200.12" in text
+        assert "Fix" in text
+
+
+async def test_log_crash_line_becomes_a_finding_with_live_fix_and_is_highlighted():
+    app, backend = await make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.3)
+        backend.feed(seed_log_lines())
+        await pilot.pause(0.5)
+        view = app.screen.query_one(LogView)
+        marked = [e for e in view.entries if e.finding]
+        assert marked, "no log line was marked by the knowledge base"
+        assert any("placement group" in e.text or "node:192.168.200.12" in e.text
+                   for e in marked)
+        flist = app.screen.query_one(FindingsList)
+        log_keys = [k for k in flist._keys if k.startswith("log:")]
+        assert log_keys
+        flist.highlighted = flist._keys.index(log_keys[0])
+        await pilot.pause(0.1)
+        text = detail_text(app)
+        assert "On this cluster:" in text and "10.1.230.180" in text and "spark-1" in text
+
+
+async def test_copy_puts_the_selected_finding_on_the_clipboard():
+    app, _ = await make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.3)
+        await pilot.press("c")
+        assert "Fix:" in app.clipboard and "spark-1" in app.clipboard
+
+
+# ------------------------------------------------------------------ log pane
+
+
+async def test_filter_narrows_the_log_and_escape_clears_it():
+    app, backend = await make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        backend.feed(seed_log_lines())
+        await pilot.pause(0.3)
+        view = app.screen.query_one(LogView)
+        total = len(view.view)
+        await pilot.press("slash")
+        box = app.screen.query_one("#log-filter")
+        assert box.display and app.focused is box
+        await pilot.press(*"autoscaler")
+        await pilot.pause(0.1)
+        assert 0 < len(view.view) < total
+        assert all("autoscaler" in e.text.lower() for e in view.view)
+        await pilot.press("escape")
+        await pilot.pause(0.1)
+        assert len(view.view) == total and not box.display
+
+
+async def test_findings_only_toggle():
+    app, backend = await make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        backend.feed(seed_log_lines())
+        await pilot.pause(0.3)
+        view = app.screen.query_one(LogView)
+        await pilot.press("f")
+        assert view.findings_only and view.view and all(e.finding for e in view.view)
+        await pilot.press("f")
+        assert not view.findings_only and len(view.view) == len(view.entries)
+
+
+async def test_log_text_is_never_markup():
+    app, backend = await make_app()
+    nasty = "[bold red]not markup[/] [link=https://x]y[/link] $crash \x1b[31mred\x1b[0m"
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        backend.feed([nasty])
+        await pilot.pause(0.2)
+        view = app.screen.query_one(LogView)
+        assert view.entries[-1].text == "[bold red]not markup[/] [link=https://x]y[/link] $crash red"
+        rendered = "".join(seg.text for seg in view.render_line(len(view.view) - 1 -
+                                                                 int(view.scroll_offset.y)))
+        assert "[bold red]not markup[/]" in rendered
+
+
+async def test_log_is_bounded_and_counts_new_lines_when_scrolled_up():
+    app, backend = await make_app(max_log_lines=200)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        backend.feed([f"INFO line {i}" for i in range(1000)])
+        await pilot.pause(0.3)
+        view = app.screen.query_one(LogView)
+        assert len(view.entries) <= 210 and view.entries[-1].text == "INFO line 999"
+        view.focus()
+        await pilot.press("pageup")
+        await pilot.pause(0.1)
+        backend.feed(["INFO one more", "INFO and another"])
+        await pilot.pause(0.2)
+        assert view.new_lines == 2
+        status = plain(app.screen.query_one(LogPane).query_one("#log-status", Static))
+        assert "2 new lines" in status
+        await pilot.press("end")
+        await pilot.pause(0.1)
+        assert view.new_lines == 0 and view.following
+
+
+async def test_follow_toggle_pauses_the_log():
+    app, backend = await make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        await pilot.press("l")
+        view = app.screen.query_one(LogView)
+        assert not view.following
+        backend.feed(["INFO a", "INFO b", "INFO c"])
+        await pilot.pause(0.2)
+        assert view.new_lines == 3
+        await pilot.press("l")
+        assert view.following and view.new_lines == 0
+
+
+async def test_save_log_writes_a_file(tmp_path):
+    app, backend = await make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        backend.feed(["INFO saved line"])
+        await pilot.pause(0.2)
+        await pilot.press("w")
+        await pilot.pause(0.5)
+        saved = list((tmp_path / "state" / "sparktui" / "logs").glob("*.log"))
+        assert saved and "INFO saved line" in saved[0].read_text()
+        assert any(str(saved[0]) in m for m in notices(app))
+
+
+# ------------------------------------------------------------------ themes
+
+
+async def test_bad_theme_file_notifies_once_and_falls_back(tmp_path):
+    themes = tmp_path / "themes"
+    themes.mkdir()
+    (themes / "broken.yaml").write_text("name: broken\nprimary: not-a-colour\n")
+    app, _ = await make_app(theme="broken", themes_dir=themes)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.1)
+        assert app.theme == "sparktui-dark"
+        msgs = [m for m in notices(app) if "broken.yaml" in m]
+        assert len(msgs) == 1 and "sparktui-dark" in msgs[0]
+
+
+async def test_user_theme_is_loaded_and_unknown_theme_falls_back(tmp_path):
+    themes = tmp_path / "themes"
+    themes.mkdir()
+    (themes / "mine.yaml").write_text("name: mine\nprimary: '#123456'\n"
+                                      "variables:\n  ip-mismatch: '#ff00ff'\n")
+    app, _ = await make_app(theme="mine", themes_dir=themes)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.1)
+        assert app.theme == "mine"
+        assert app.theme_variables["ip-mismatch"] == "#ff00ff"
+        assert app.theme_variables["node-ok"]  # a slot the file left out: derived default
+    app, _ = await make_app(theme="nope")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.1)
+        assert app.theme == "sparktui-dark"
+        assert any("No theme named 'nope'" in m for m in notices(app))
+
+
+@pytest.mark.parametrize("name", ["sparktui-dark", "sparktui-light", "sparktui-ansi",
+                                  "sparktui-high-contrast"])
+def test_shipped_themes_define_every_slot(name):
+    from sparktui.tui.themes import SLOTS, load_themes
+
+    ts = load_themes(None)
+    assert not ts.errors
+    assert set(SLOTS) <= set(ts.themes[name].variables)
