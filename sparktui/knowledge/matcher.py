@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -38,8 +38,11 @@ OVERLAP_LINES = 2                # lines of the previous region rescanned (wrapp
 ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 ANSI_RE_B = re.compile(ANSI_RE.pattern.encode())
 REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+REPEATED_RE_B = re.compile(rb"[ \t]*\[repeated \d+x across cluster\][ \t]*$")
 # "(EngineCore_DP0 pid=1088) (RayWorkerWrapper pid=285, ip=192.168.177.12) ERROR ..."
 PREFIX_RE = re.compile(r"\((?P<proc>[^()\s]+) pid=\d+(?:, ip=(?P<ip>[0-9A-Fa-f.:]+))?\) ")
+# what may precede the first process prefix: nothing, or a timestamp (docker logs -t, Ray)
+_LEAD_RE = re.compile(r"\s*\[?\d{4}-\d\d-\d\d[T ][\d:.,]+Z?\]?\s*$")
 LEADING_PREFIXES_RE = re.compile(
     r"^(?:\[?\d{4}-\d\d-\d\dT[\d:.]+Z\]? )?"          # docker logs -t
     r"(?:\((?:[^()\s]+ pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?|raylet|autoscaler[^()]*)\) ?)*"
@@ -70,13 +73,11 @@ def clean_line(text: str) -> str:
     return text
 
 
-def strip_ansi_bytes(text: bytes) -> bytes:
-    """`text` without ANSI escapes; line structure kept. Cheap when escapes are rare."""
-    i = text.find(b"\x1b")
+def _per_line(text: bytes, needle: bytes, fix: Callable[[bytes], bytes]) -> bytes:
+    """Apply `fix` to the lines containing `needle` (found with a fast substring search)."""
+    i = text.find(needle)
     if i < 0:
         return text
-    if text.count(b"\x1b", i) * 4096 > len(text):   # a coloured log: one pass over all
-        return ANSI_RE_B.sub(b"", text)
     parts: list[bytes] = []
     last = 0
     while i >= 0:
@@ -85,11 +86,35 @@ def strip_ansi_bytes(text: bytes) -> bytes:
         if end < 0:
             end = len(text)
         parts.append(text[last:start])
-        parts.append(ANSI_RE_B.sub(b"", text[start:end]))
+        parts.append(fix(text[start:end]))
         last = end
-        i = text.find(b"\x1b", end)
+        i = text.find(needle, end)
     parts.append(text[last:])
     return b"".join(parts)
+
+
+def _strip_ansi_line(line: bytes) -> bytes:
+    return ANSI_RE_B.sub(b"", line)
+
+
+def _strip_repeated_line(line: bytes) -> bytes:
+    return REPEATED_RE_B.sub(b"", line.rstrip(b"\r"))
+
+
+def strip_ansi_bytes(text: bytes) -> bytes:
+    """`text` without ANSI escapes; line structure kept. Cheap when escapes are rare."""
+    i = text.find(b"\x1b")
+    if i < 0:
+        return text
+    if text.count(b"\x1b", i) * 4096 > len(text):   # a coloured log: one pass over all
+        return ANSI_RE_B.sub(b"", text)
+    return _per_line(text, b"\x1b", _strip_ansi_line)
+
+
+def normalize_region(text: bytes) -> bytes:
+    """Lines as patterns see them: no ANSI escapes, no Ray ` [repeated Nx ...]` suffix."""
+    text = strip_ansi_bytes(text)
+    return _per_line(text, b"x across cluster]", _strip_repeated_line)
 
 
 def strip_prefixes(text: str) -> str:
@@ -107,7 +132,7 @@ def prefix_captures(text: str) -> dict[str, str]:
     end = None
     for m in PREFIX_RE.finditer(text, 0, 600):
         if end is None:
-            if m.start() > 120:
+            if m.start() and not _LEAD_RE.match(text, 0, m.start()):
                 break
         elif m.start() != end:
             break
@@ -143,6 +168,7 @@ class Matcher:
                 if b is None:
                     self._slow.append((i, _py_bytes(rx)))
                     continue
+                b = b"(?m)" + b   # ^ and $ are line anchors, as in Python re.M
                 try:
                     compiled = _re2.compile(b, opts)
                     rset.Add(b)
@@ -292,7 +318,7 @@ class Scanner:
         hits = self._feed_pending(region) if self._pending else []
         text = self._overlap + region if self._overlap else region
         base = self.next_line - self._overlap_n
-        text = strip_ansi_bytes(text)
+        text = normalize_region(text)
         cands = self.m.candidates(text)
         if cands:
             hits += self._evaluate(text, base, cands)
@@ -390,23 +416,25 @@ def _slice_line(text: bytes, start: int, end: int, pos: int) -> tuple[str, int]:
 
 
 def _match(pattern: Pattern, line: int, first: str, pos: int, rest: list[str]) -> Hit | None:
-    """Full regexes over the cleaned hit line plus continuation lines."""
+    """Full regexes over the cleaned hit line, then over it plus its continuation lines."""
     line_text = clean_line(first)
-    if rest:
+    m = None
+    if rest:   # wrapped messages first: they may carry more captures
         window = "\n".join([line_text, *(strip_prefixes(clean_line(r)) for r in rest)])
-    else:
-        window = line_text
-    limit = len(line_text)
-    for rx in pattern.compiled:
-        for m in rx.finditer(window):
-            if m.start() > limit:
+        limit = len(line_text)
+        for rx in pattern.compiled:
+            m = next((x for x in rx.finditer(window) if x.start() <= limit), None)
+            if m is not None:
                 break
-            caps = {k: v for k, v in m.groupdict().items() if v is not None}
-            for k, v in prefix_captures(line_text).items():
-                caps.setdefault(k, v)
-            shown = line_text if len(line_text) <= MAX_TEXT else line_text[:MAX_TEXT] + "…"
-            return Hit(pattern, line, shown, caps)
-    return None
+    if m is None:   # the line alone ($ anchors the line end)
+        m = pattern.search(line_text)
+    if m is None:
+        return None
+    caps = {k: v for k, v in m.groupdict().items() if v is not None}
+    for k, v in prefix_captures(line_text).items():
+        caps.setdefault(k, v)
+    shown = line_text if len(line_text) <= MAX_TEXT else line_text[:MAX_TEXT] + "…"
+    return Hit(pattern, line, shown, caps)
 
 
 def _suppress_benign(hits: list[Hit]) -> list[Hit]:
