@@ -125,6 +125,30 @@ vmetrics() {
   return $r
 }
 
+ray_block() {
+  if [ "$RAYVIA" = off ]; then
+    mark ray skipped
+  else
+    DONE=0
+    if [ "$RAYVIA" != python ] && have curl; then
+      J=$(curl -s -m 2 "http://127.0.0.1:$DPORT/api/v0/nodes?limit=10000" 2>/dev/null)
+      case $J in
+        *'"result": true'*|*'"result":true'*)
+          beg ray_dashboard; printf '%s' "$J"; fin ray_dashboard rc=0; DONE=1 ;;
+      esac
+    fi
+    if [ "$DONE" = 0 ]; then
+      if [ "$RAYVIA" = dashboard ]; then mark ray unavailable
+      elif ! have docker; then mark ray skipped:no-docker
+      elif [ -z "$C" ]; then mark ray skipped:no-container
+      elif [ "$RUNNING" != 1 ]; then mark ray skipped:container-not-running
+      else
+        run ray T "$((RAYT + 2))" docker exec "$C" sh -c 'if command -v timeout >/dev/null 2>&1; then exec timeout "$1" python3 -c "$2"; else exec python3 -c "$2"; fi' sh "$RAYT" "$SNIP"
+      fi
+    fi
+  fi
+}
+
 beg probe; printf 'version=1 head=%s container=%s vllm_port=%s ray=%s\n' "$HEAD" "$C" "$VPORT" "$RAYVIA"; fin probe rc=0
 run hostname uname -n
 
@@ -156,6 +180,17 @@ else
   mark env skipped:no-docker
 fi
 
+# The Ray table (~1 s of Python in the head container) runs alongside the other sections.
+RAYTMP=
+if [ "$HEAD" = 1 ]; then
+  if have mktemp && RAYTMP=$(mktemp 2>/dev/null); then
+    ray_block >"$RAYTMP" 2>&1 &
+    RAYPID=$!
+  else
+    RAYTMP=; ray_block
+  fi
+fi
+
 if have nvidia-smi; then
   run gpus T 5 nvidia-smi --query-gpu=index,name,uuid,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits
   run gpu_apps T 5 nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits
@@ -167,27 +202,6 @@ fi
 run meminfo cat /proc/meminfo
 
 if [ "$HEAD" = 1 ]; then
-  if [ "$RAYVIA" = off ]; then
-    mark ray skipped
-  else
-    DONE=0
-    if [ "$RAYVIA" != python ] && have curl; then
-      J=$(curl -s -m 2 "http://127.0.0.1:$DPORT/api/v0/nodes?limit=10000" 2>/dev/null)
-      case $J in
-        *'"result": true'*|*'"result":true'*)
-          beg ray_dashboard; printf '%s' "$J"; fin ray_dashboard rc=0; DONE=1 ;;
-      esac
-    fi
-    if [ "$DONE" = 0 ]; then
-      if [ "$RAYVIA" = dashboard ]; then mark ray unavailable
-      elif ! have docker; then mark ray skipped:no-docker
-      elif [ -z "$C" ]; then mark ray skipped:no-container
-      elif [ "$RUNNING" != 1 ]; then mark ray skipped:container-not-running
-      else
-        run ray T "$((RAYT + 2))" docker exec "$C" sh -c 'if command -v timeout >/dev/null 2>&1; then exec timeout "$1" python3 -c "$2"; else exec python3 -c "$2"; fi' sh "$RAYT" "$SNIP"
-      fi
-    fi
-  fi
   if [ -n "$VPORT" ]; then
     U="http://127.0.0.1:$VPORT"
     if have curl; then
@@ -207,6 +221,7 @@ if [ "$HEAD" = 1 ]; then
     fi
   fi
 fi
+if [ -n "$RAYTMP" ]; then wait "$RAYPID"; cat "$RAYTMP"; rm -f "$RAYTMP"; fi
 printf '@@sparktui:end@@\n'
 """
 
