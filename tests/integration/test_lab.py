@@ -83,7 +83,7 @@ def test_ssh_with_generated_key_and_known_hosts(lab: Lab) -> None:
         t0 = time.monotonic()
         cp = lab.ssh(n, "hostname; echo $HOME; docker ps --format '{{.Names}}'")
         assert cp.stdout.split() == [n.name, "/root", lab.container]
-        assert time.monotonic() - t0 < 5
+        assert time.monotonic() - t0 < 20
     # a host key the known_hosts file does not vouch for is refused
     bad = lab.path / "known_hosts.empty"
     bad.write_text("")
@@ -209,13 +209,13 @@ def test_fault_cut_restore_link(healthy_lab: Lab) -> None:
         assert "NO-CARRIER" in lab.exec(n, ["ip", "link", "show", IC_IF]).stdout
     finally:
         faults.restore_link(lab, n, "ic")
-    proc.wait_for(lambda: _tcp(lab, lab.head.name, n.ic_ip, 22) == "ok", 10, 0.2, "link back")
+    proc.wait_for(lambda: _tcp(lab, lab.head.name, n.ic_ip, 22) == "ok", 30, 0.2, "link back")
     faults.cut_link(lab, n, "ext")
     try:
         assert lab.ssh(n, "true", check=False, timeout=20).returncode == 255
     finally:
         faults.restore_link(lab, n, "ext")
-    proc.wait_for(lambda: lab.ssh(n, "true", check=False).returncode == 0, 15, 0.2, "ssh back")
+    proc.wait_for(lambda: lab.ssh(n, "true", check=False).returncode == 0, 30, 0.2, "ssh back")
 
 
 def test_fault_kill_raylet(healthy_lab: Lab) -> None:
@@ -226,11 +226,11 @@ def test_fault_kill_raylet(healthy_lab: Lab) -> None:
     # `ray start --block` notices and exits, so does the container
     proc.wait_for(lambda: lab.docker(n, "inspect", "-f", "{{.State.Status}}",
                                      lab.container).stdout.strip() == "exited",
-                  60, 0.5, "container exit after raylet death")
+                  120, 0.5, "container exit after raylet death")
     faults.start_container(lab, n)
     proc.wait_for(lambda: n.ic_ip in {r["NodeManagerAddress"] for r in lab.ray_nodes()
                                       if r["Alive"]} and faults.raylet_pids(lab, n),
-                  90, 1, "worker back in Ray")
+                  240, 1, "worker back in Ray")
 
 
 def test_fault_restart_dockerd(healthy_lab: Lab) -> None:
@@ -321,7 +321,7 @@ def test_ray_lab_down_leaves_nothing(lab_factory) -> None:
     assert any(proc.comm(p) == "raylet" for p in pids)
     t0 = time.monotonic()
     labmod.down(x)
-    assert time.monotonic() - t0 < 30
+    assert time.monotonic() - t0 < 60
     assert network.leftovers(x) == []
     assert not any(proc.alive(p) for p in pids)
     assert not x.path.exists()

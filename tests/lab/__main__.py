@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 
@@ -50,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("build-image", help="build (or find cached) the node image tarball")
     sub.add_parser("gc", help="remove labs whose owning test session died")
     a = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, _sigterm)  # so an interrupted `up` tears down what it made
     try:
         if a.cmd == "up":
             t0 = time.monotonic()
@@ -82,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         print("lab: interrupted", file=sys.stderr)
         return 130
     return 0
+
+
+def _sigterm(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _human(st: dict) -> str:

@@ -103,7 +103,7 @@ def start_container(lab: Lab, node: str | Node, name: str | None = None) -> None
     nodemod.exec_(n, ["docker", "start", name or lab.container])
 
 
-def heal(lab: Lab, timeout: float = 120) -> None:
+def heal(lab: Lab, timeout: float = 300) -> None:
     """Undo every fault on every node; if Ray is not whole, recreate its containers."""
     for n in lab.nodes:
         start_sshd(lab, n)
@@ -115,14 +115,28 @@ def heal(lab: Lab, timeout: float = 120) -> None:
                       30, 0.1, f"{n.name} dockerd")
     if not lab.ray:
         return
+    if _ray_whole(lab):
+        return
+    running = all(nodemod.exec_(n, ["docker", "inspect", "-f", "{{.State.Running}}",
+                                    lab.container], check=False).stdout.strip() == "true"
+                  for n in lab.nodes)
+    if running:  # e.g. a container just (re)started: give its raylet time to register
+        try:
+            raymod.wait_alive(lab, 60)
+            if _ray_whole(lab):
+                return
+        except LabError:
+            pass
+    raymod.stop(lab)
+    raymod.start(lab)
+    raymod.wait_alive(lab, timeout)
+
+
+def _ray_whole(lab: Lab) -> bool:
+    """Every node alive in Ray under one address each, every raylet running."""
     try:
-        table = raymod.node_table(lab, timeout=30)
-        addresses = {r["NodeManagerAddress"] for r in table if r.get("Alive")}
-        healthy = len(addresses) == len(lab.nodes) and all(
-            raylet_pids(lab, n) for n in lab.nodes)
+        table = raymod.node_table(lab, timeout=60)
     except LabError:
-        healthy = False
-    if not healthy:
-        raymod.stop(lab)
-        raymod.start(lab)
-        raymod.wait_alive(lab, timeout)
+        return False
+    addresses = {r["NodeManagerAddress"] for r in table if r.get("Alive")}
+    return len(addresses) == len(lab.nodes) and all(raylet_pids(lab, n) for n in lab.nodes)

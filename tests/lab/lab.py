@@ -58,7 +58,7 @@ def _allocate(n_nodes: int) -> Lab:
 
 def up(nodes: int = 2, pin: str = "all", ray: bool = True, gpu_mode: str = "gb10",
        spec: imagemod.ImageSpec = imagemod.RAY_IMAGE, owner_pid: int | None = None,
-       log: Log = _stderr) -> Lab:
+       docker_tmpfs: bool = True, log: Log = _stderr) -> Lab:
     """Bring up a lab of `nodes` nodes; on any failure (or Ctrl-C) it is torn down again."""
     if pin not in PIN_MODES:
         raise ValueError(f"pin must be one of {PIN_MODES}, not {pin!r}")
@@ -71,6 +71,7 @@ def up(nodes: int = 2, pin: str = "all", ray: bool = True, gpu_mode: str = "gb10
     with machine_lock():
         lab = _allocate(nodes)
         lab.pin, lab.ray, lab.gpu_mode, lab.owner_pid = pin, ray, gpu_mode, owner_pid
+        lab.docker_tmpfs = docker_tmpfs
         lab.container = f"ray-{lab.id}"
         lab.created = time.time()
         lab.save()

@@ -35,7 +35,8 @@ def container_env(node: Node) -> dict[str, str]:
 def ray_start_args(lab: Lab, node: Node, pin: str | None = None) -> list[str]:
     pin = pin or lab.pin
     if node.role == "head":
-        args = ["ray", "start", "--block", "--head", "--port", str(lab.ray_port)]
+        args = ["ray", "start", "--block", "--head", "--port", str(lab.ray_port),
+                "--include-dashboard=false"]  # ~0.3 GB less per lab on a 2-core machine
         pinned = pin == "all"
     else:
         args = ["ray", "start", "--block", "--address", f"{lab.head.ic_ip}:{lab.ray_port}"]
@@ -91,7 +92,7 @@ def alive_addresses(table: list[dict]) -> list[str]:
     return sorted(n["NodeManagerAddress"] for n in table if n.get("Alive"))
 
 
-def wait_alive(lab: Lab, timeout: float = 120) -> list[dict]:
+def wait_alive(lab: Lab, timeout: float = 300) -> list[dict]:
     """Until every node of the lab is alive in Ray; returns the node table."""
     t0 = time.monotonic()
 

@@ -58,6 +58,7 @@ class Lab:
     owner_pid: int | None = None
     created: float = 0.0
     ray_port: int = 6379
+    docker_tmpfs: bool = True  # node's /var/lib/docker equivalent in RAM (fast down)
 
     # ------------------------------------------------------------------ paths
     @property
