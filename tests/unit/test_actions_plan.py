@@ -43,12 +43,14 @@ def test_restart_stages_in_order_and_parallel_where_safe():
     assert plan.mutating and plan.source == "builtin"
     assert [s.name for s in plan.stages] == [
         "tear down", "start the Ray head", "wait for the GCS", "start the Ray workers",
-        "wait for the Ray cluster"]
+        "wait for the workers' raylets", "wait for the Ray cluster"]
     assert [s.node for s in plan.stages[0].steps] == ["spark-1", "spark-2", "spark-3"]
     assert [s.node for s in plan.stages[1].steps] == ["spark-1"]
     assert [s.node for s in plan.stages[3].steps] == ["spark-2", "spark-3"]
     assert plan.stages[2].steps[0].kind == "wait"
-    assert {s.kind for s in plan.stages[4].steps} == {"wait"}
+    assert [(s.node, s.kind) for s in plan.stages[4].steps] == [
+        ("spark-2", "wait"), ("spark-3", "wait")]
+    assert [(s.node, s.kind) for s in plan.stages[5].steps] == [("spark-1", "wait")]
 
 
 def test_restart_exact_argv_head_and_workers():
@@ -83,7 +85,7 @@ def test_waits_are_read_only_and_bounded():
         for s in st.steps:
             if s.kind == "wait":
                 assert not s.mutating and 0 < s.timeout <= 600
-    ray_wait = plan.stages[4].steps[0]
+    ray_wait = plan.stages[5].steps[0]
     assert ray_wait.node == "spark-1"
     assert "198.19.5.13" in ray_wait.until and ">= 3 GPUs" in ray_wait.until
 

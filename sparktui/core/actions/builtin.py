@@ -185,7 +185,7 @@ def restart_plan(cfg: Config) -> Plan:
     stages.append(Stage("wait for the GCS", (Step(
         head.name, "wait for the Ray head (GCS) to start",
         (sh(RAY_STARTED_SCRIPT, head.container.name, timeout=20),),
-        kind="wait", timeout=GCS_TIMEOUT, interval=0.5,
+        kind="wait", timeout=GCS_TIMEOUT, interval=0.25,
         until="'Ray runtime started' in the head container's output"),)))
     if cfg.workers:
         stages.append(Stage("start the Ray workers", tuple(Step(
@@ -193,22 +193,24 @@ def restart_plan(cfg: Config) -> Plan:
             (Command(tuple(docker_run_argv(cfg, w)), mutating=True, timeout=RUN_TIMEOUT,
                      description="docker run -d: ray start --address"),))
             for w in cfg.workers)))
+    if cfg.workers:
+        # Cheap (docker logs) and CPU-light: the expensive Ray table below runs Python in
+        # the head container, which on a small box competes with the raylets starting.
+        stages.append(Stage("wait for the workers' raylets", tuple(Step(
+            w.name, "wait for the worker's raylet to start",
+            (sh(RAY_STARTED_SCRIPT, w.container.name, timeout=20),),
+            kind="wait", timeout=RAY_TIMEOUT, interval=0.25,
+            until="'Ray runtime started' in the worker container's output")
+            for w in cfg.workers)))
     need = cfg.vllm.parallel_size()
-    wait_steps = [Step(
+    stages.append(Stage("wait for the Ray cluster", (Step(
         head.name, "wait until Ray lists every node alive under its configured ip",
         (sh(RAY_TABLE_SCRIPT, head.container.name, _ray_snippet(), timeout=30),),
-        kind="wait", timeout=RAY_TIMEOUT, interval=1.0,
-        verdict=partial(ray_ready_verdict, cfg), sufficient=True,
+        kind="wait", timeout=RAY_TIMEOUT, interval=0.5,
+        verdict=partial(ray_ready_verdict, cfg),
         until=f"{len(cfg.nodes)} alive Ray nodes at "
               + ", ".join(n.ip or f"{n.name}(any ip)" for n in cfg.nodes)
-              + (f", >= {need} GPUs" if need > 1 else ""))]
-    wait_steps += [Step(
-        w.name, "wait for the worker's raylet to start",
-        (sh(RAY_STARTED_SCRIPT, w.container.name, timeout=20),),
-        kind="wait", timeout=RAY_TIMEOUT, interval=1.0,
-        until="'Ray runtime started' in the worker container's output")
-        for w in cfg.workers]
-    stages.append(Stage("wait for the Ray cluster", tuple(wait_steps)))
+              + (f", >= {need} GPUs" if need > 1 else "")),)))
     return Plan("restart", stages, warnings=_run_warnings(cfg),
                 title=f"Restart: tear down, then Ray head on {head.name}"
                       + (f" and {len(cfg.workers)} worker(s)" if cfg.workers else "")
