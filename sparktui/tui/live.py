@@ -75,7 +75,7 @@ class LiveBackend(Backend):
             return []
         self._diagnosis.add(hits)
         return [LogMark(h.line, h.pattern.severity, h.pattern.id) for h in hits
-                if h.pattern.role != "benign"]
+                if h.pattern.role not in ("benign", "context")]
 
     def log_findings(self, snapshot: ClusterSnapshot | None) -> list[Finding]:
         from sparktui.knowledge import join

@@ -150,7 +150,10 @@ def slot_defaults(theme: Theme | None) -> dict[str, str]:
     success = (t.success if t else None) or "green"
     primary = (t.primary if t else None) or "blue"
     accent = (t.accent if t else None) or primary
+    ansi = {"ansi-background": "ansi_black", "ansi-foreground": "ansi_white"} if (
+        t and t.ansi) else {}
     return {
+        **ansi,
         "node-ok": success,
         "node-down": error,
         "node-stale": "ansi_bright_black" if (t and t.ansi) else "#808080",

@@ -43,6 +43,7 @@ def feeder(backend: TestBackend):
             if pilot.app.log_findings and backend.queue.empty():
                 break
         await pilot.pause(0.3)
+        assert pilot.app.log_findings, "the scene did not render (no log findings)"
 
     return run_before
 

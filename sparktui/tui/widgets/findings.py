@@ -78,10 +78,10 @@ def render_finding(f: Finding | None) -> Content:
         (f" · from the log, line {f.line}" if f.source == "log" and f.line else "", "$muted"),
         ("\n\n", ""), (f.message, ""), "\n",
     ]
-    if f.explanation:
-        parts += ["\n", (f.explanation.strip(), ""), "\n"]
-    if f.fix:
+    if f.fix:  # first: what to do, with the live names and IPs
         parts += ["\n", ("Fix", "bold $node-ok"), "\n", (f.fix.strip(), ""), "\n"]
+    if f.explanation:
+        parts += ["\n", ("Why", "bold"), "\n", (f.explanation.strip(), ""), "\n"]
     if f.text:
         parts += ["\n", ("Log line", "bold"), "\n", (f.text.strip()[:2000], "$muted"), "\n"]
     if f.links:
