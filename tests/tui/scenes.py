@@ -48,8 +48,7 @@ def feeder(backend: TestBackend):
     return run_before
 
 
-async def _save(theme: str, out: Path) -> Path:
-    app, backend = main_screen_app(theme)
+async def _save(app: SparkApp, backend: TestBackend, theme: str, out: Path) -> Path:
     async with app.run_test(size=SIZE) as pilot:
         await feeder(backend)(pilot)
         path = out / f"console-{theme.removeprefix('sparktui-')}.svg"
@@ -59,7 +58,11 @@ async def _save(theme: str, out: Path) -> Path:
 
 def save_all(out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    return [asyncio.run(_save(t, out)) for t in THEMES]
+    paths = []
+    for theme in THEMES:
+        app, backend = main_screen_app(theme)
+        paths.append(asyncio.run(_save(app, backend, theme, out)))
+    return paths
 
 
 if __name__ == "__main__":
