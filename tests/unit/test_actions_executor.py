@@ -208,3 +208,42 @@ async def test_a_sufficient_wait_covers_the_other_waits_of_its_stage():
     result = await execute(plan, transports("a", "b"))
     assert result.ok and time.monotonic() - t0 < 2
     assert result.steps[1].state == "ok" and "covered by: whole cluster" in result.steps[1].message
+
+
+def _stub_docker(tmp_path, state: str, logs: str = "") -> dict:
+    """A `docker` on PATH that answers inspect with `state` and logs with `logs`."""
+    import os
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    stub = bindir / "docker"
+    stub.write_text(f'#!/bin/sh\ncase "$1" in inspect) echo {state};; logs) printf "%s\\n" '
+                    f'"{logs}";; esac\n')
+    stub.chmod(0o755)
+    return {"PATH": f"{bindir}:{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize("listening,state,logs,expect", [
+    (True, "running", "", 0),
+    (False, "running", "", 1),
+    (False, "running", "Ray runtime started.", 0),
+    (False, "exited", "", 3),
+])
+def test_gcs_wait_script_on_real_sockets(tmp_path, listening, state, logs, expect):
+    import socket
+    import subprocess
+
+    from sparktui.core.actions.builtin import GCS_SCRIPT
+
+    env = _stub_docker(tmp_path, state, logs)
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    if listening:
+        srv.listen()
+    try:
+        r = subprocess.run(["sh", "-c", GCS_SCRIPT, "sh", "c", f"{port:04X}", str(port)],
+                           capture_output=True, text=True, env=env, timeout=10)
+    finally:
+        srv.close()
+    assert r.returncode == expect, r.stdout + r.stderr

@@ -28,6 +28,21 @@ if docker logs "$1" 2>&1 | grep -q 'Ray runtime started'; then echo "Ray runtime
 exit 1
 """
 
+# The GCS is up: the container runs and, with host networking, something listens on the GCS
+# port in the head's network namespace (/proc/net/tcp{,6}, state 0A; port in hex as $2), or
+# `ray start` has already printed "Ray runtime started." Exit codes as above.
+GCS_SCRIPT = """\
+state=$(docker inspect -f '{{.State.Status}}' "$1" 2>&1) || { echo "container $1 is gone: $state"; exit 3; }
+if [ "$state" != running ]; then
+  echo "container $1 is $state; its last output:"; docker logs --tail 15 "$1" 2>&1; exit 3
+fi
+if cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -qiE "^ *[0-9]+: [0-9A-F]+:$2 [0-9A-F]+:[0-9A-F]+ 0A "; then
+  echo "GCS listening on port $3"; exit 0
+fi
+if docker logs "$1" 2>&1 | grep -q 'Ray runtime started'; then echo "Ray runtime started"; exit 0; fi
+exit 1
+"""
+
 # The Ray node table from inside the head container: the snippet comes as $2.
 RAY_TABLE_SCRIPT = """\
 state=$(docker inspect -f '{{.State.Status}}' "$1" 2>&1) || { echo "container $1 is gone: $state"; exit 3; }
@@ -184,9 +199,11 @@ def restart_plan(cfg: Config) -> Plan:
                  description="docker run -d: ray start --head"),)),)))
     stages.append(Stage("wait for the GCS", (Step(
         head.name, "wait for the Ray head (GCS) to start",
-        (sh(RAY_STARTED_SCRIPT, head.container.name, timeout=20),),
+        (sh(GCS_SCRIPT, head.container.name, f"{cfg.ray.port:04X}", str(cfg.ray.port),
+            timeout=20),),
         kind="wait", timeout=GCS_TIMEOUT, interval=0.25,
-        until="'Ray runtime started' in the head container's output"),)))
+        until=f"the GCS port {cfg.ray.port} listening on {head.name} (or 'Ray runtime "
+              f"started' in the head container's output)"),)))
     if cfg.workers:
         stages.append(Stage("start the Ray workers", tuple(Step(
             w.name, f"start {w.container.name} joining {head.ip}:{cfg.ray.port}",
