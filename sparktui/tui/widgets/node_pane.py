@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.containers import Vertical
 from textual.content import Content
-from textual.widgets import Sparkline, Static
+from textual.widgets import Static
 
 from sparktui.core.model import NodeState
 from sparktui.core.secrets import mask_secrets
@@ -67,6 +67,16 @@ def _gib(mib: int) -> str:
 def bar(fraction: float, width: int) -> Content:
     filled = max(0, min(width, round(fraction * width)))
     return Content.assemble(("█" * filled, "$mem-bar"), ("░" * (width - filled), "$mem-free"))
+
+
+BLOCKS = " ▁▂▃▄▅▆▇█"
+
+
+def spark(values: list[float], width: int) -> Content:
+    """Memory history on an absolute 0-100 % scale (newest right), one cell per sample."""
+    tail = values[-width:] if width > 0 else []
+    cells = "".join(BLOCKS[max(0, min(8, round(v / 100 * 8)))] for v in tail)
+    return Content.assemble(("history ", MUTED), (cells.rjust(max(0, width)), "$mem-bar"))
 
 
 def render_node(node: NodeState, container_name: str | None = None) -> Content:
@@ -157,13 +167,12 @@ class NodePane(Vertical):
         self.node_name = node.name
         self.container_name = container_name
         self._node = node
+        self._history: list[float] = []
 
     def compose(self) -> ComposeResult:
         yield Static(render_node(self._node, self.container_name), classes="node-body",
                      markup=False)
-        with Horizontal(classes="node-history"):
-            yield Static(Content.styled("history ", MUTED), classes="node-history-label")
-            yield Sparkline([], classes="node-spark")
+        yield Static("", classes="node-history", markup=False)
 
     def on_mount(self) -> None:
         self.update_state(self._node, [])
@@ -179,5 +188,14 @@ class NodePane(Vertical):
         if not self.is_mounted:
             return
         self.query_one(".node-body", Static).update(render_node(node, self.container_name))
-        spark = self.query_one(Sparkline)
-        spark.data = list(history) if history else [0.0]
+        self._history = list(history)
+        self._draw_history()
+
+    def on_resize(self) -> None:
+        self._draw_history()
+
+    def _draw_history(self) -> None:
+        if not self.is_mounted:
+            return
+        width = max(0, self.content_region.width - len("history "))
+        self.query_one(".node-history", Static).update(spark(self._history, width))
