@@ -2,8 +2,10 @@
 tick, and turns the answers into a ClusterSnapshot with findings.
 
 A slow or dead node never delays the others: each node is probed by its own task; a tick
-waits at most `tick_budget` seconds, and a node still in flight keeps its last state
-(marked with the time it has been silent) until it answers or times out.
+waits at most `wait` seconds, and a node still in flight keeps its last state. A node silent
+for more than 1.5 refresh intervals (plus the Ray query's allowance on the head) is shown
+unreachable ("no answer for Ns") until it answers: a cut cable hangs a TCP connection for
+as long as keepalive allows, and the operator must see it within two refreshes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from sparktui.core.probes.ray import dedupe_by_ip
 from sparktui.core.ssh import transport_for
 from sparktui.core.transport import Transport, TransportError
 
+RAY_ALLOWANCE = 8.0  # the head's Ray query may take this long before it counts as silence
 RAY_EVERY = 3  # the Ray table costs ~1 s of Python in the head container: every Nth tick
 
 
@@ -40,6 +43,7 @@ class Monitor:
         self.states: dict[str, NodeState] = {n.name: _fresh_state(cfg, n.name) for n in cfg.nodes}
         self._tasks: dict[str, asyncio.Task] = {}
         self._started: dict[str, float] = {}
+        self._allowance: dict[str, float] = {}
         self.tick = 0
         self._ray_nodes: list = []
         self._ray_error: str | None = "not read yet"
@@ -112,6 +116,8 @@ class Monitor:
             task = self._tasks.get(name)
             if task is None or task.done():
                 self._started[name] = time.monotonic()
+                is_head = name == self.cfg.head.name
+                self._allowance[name] = RAY_ALLOWANCE if (with_ray and is_head) else 0.0
                 self._tasks[name] = asyncio.create_task(
                     asyncio.wait_for(self._probe(name, with_ray), self.probe_timeout))
         pending = [t for t in self._tasks.values() if not t.done()]
@@ -121,7 +127,9 @@ class Monitor:
         for name, task in self._tasks.items():
             if not task.done():
                 silent = now - self._started[name]
-                if silent > self.cfg.refresh_interval * 2 and self.states[name].reachable:
+                limit = self.cfg.refresh_interval * 1.5 + self._allowance.get(name, 0.0)
+                if silent > limit and self.states[name].reachable:
+                    self.states[name].reachable = False
                     self.states[name].error = f"no answer for {silent:.0f}s"
                 continue
             try:
