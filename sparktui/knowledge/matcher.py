@@ -15,8 +15,8 @@ lines are matched on a bounded slice around the prefilter hit.
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -32,7 +32,6 @@ CHUNK = 1 << 20                  # bytes per scan region
 MAX_EVAL = 64 * 1024             # longest text a full Python regex sees
 MAX_TEXT = 2000                  # characters of the line kept in a hit (for display)
 MAX_PARTIAL = 8 << 20            # a "line" longer than this without a newline is cut
-OVERLAP_LINES = 2                # lines of the previous region rescanned (wrapped anchors)
 
 # CSI (colours), OSC (titles, links) and two-byte escapes; never across a newline
 ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[@-Z\\-_])")
@@ -111,12 +110,6 @@ def strip_ansi_bytes(text: bytes) -> bytes:
     return _per_line(text, b"\x1b", _strip_ansi_line)
 
 
-def normalize_region(text: bytes) -> bytes:
-    """Lines as patterns see them: no ANSI escapes, no Ray ` [repeated Nx ...]` suffix."""
-    text = strip_ansi_bytes(text)
-    return _per_line(text, b"x across cluster]", _strip_repeated_line)
-
-
 def strip_prefixes(text: str) -> str:
     """The message part of a continuation line (process, level, timestamp prefixes removed)."""
     return LEADING_PREFIXES_RE.sub("", text, count=1)
@@ -184,20 +177,21 @@ class Matcher:
             self._slow = [(i, _py_bytes(rx)) for i, rx in entries]
 
     # -- locating candidate lines in a region of complete lines --------------------------
-    def candidates(self, text: bytes) -> list[tuple[int, int]]:
-        """(byte offset of a prefilter hit, pattern index) pairs in `text`, sorted."""
+    def candidates(self, buf, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+        """(absolute offset of a prefilter hit, pattern index) pairs in buf[start:end]."""
+        end = len(buf) if end is None else end
+        view = memoryview(buf)[start:end]
         found: list[tuple[int, int]] = []
         if self._set is not None:
-            ids = self._set.Match(text)
+            ids = self._set.Match(view)
             if ids:
                 for entry in ids:
                     pidx, rx = self._fast[entry]
-                    for m in rx.finditer(text):
-                        found.append((m.start(), pidx))
+                    for m in rx.finditer(view):
+                        found.append((start + m.start(), pidx))
         for pidx, prx in self._slow:
-            for m in prx.finditer(text):
+            for m in prx.finditer(buf, start, end):
                 found.append((m.start(), pidx))
-        found.sort()
         return found
 
     def scanner(self, first_line: int = 1) -> Scanner:
@@ -217,11 +211,7 @@ class Matcher:
     def scan_stream(self, f: BinaryIO, chunk: int = CHUNK) -> Iterator[Hit]:
         """Hits of a binary file object, read in chunks (bounded memory)."""
         sc = self.scanner()
-        while True:
-            data = f.read(chunk)
-            if not data:
-                break
-            yield from sc.feed(data)
+        yield from sc.feed_stream(f, chunk)
         yield from sc.close()
 
 
@@ -252,17 +242,15 @@ class _Pending:
 class Scanner:
     """Incremental scan of one log stream: feed bytes (or lines), get hits as lines complete.
 
-    Holds only the unfinished last line, a few lines of context and hits still waiting for
-    their continuation lines: memory stays bounded whatever the input.
+    Holds only the unfinished last line and hits still waiting for their continuation
+    lines: memory stays bounded whatever the input. Regions are scanned in place (no copy);
+    lines carrying ANSI escapes or Ray's dedup suffix are also scanned once cleaned.
     """
 
     def __init__(self, matcher: Matcher, *, first_line: int = 1) -> None:
         self.m = matcher
         self.next_line = first_line           # number of the next line not yet scanned
         self._carry = b""                     # the unfinished last line
-        self._overlap = b""                   # last lines of the previous region
-        self._overlap_n = 0
-        self._recent: deque[tuple[int, int]] = deque(maxlen=256)   # (line, pattern idx)
         self._pending: list[_Pending] = []
         self.bytes_seen = 0
 
@@ -286,14 +274,41 @@ class Scanner:
             if cut < 0:
                 rest = data[pos:] if pos else data
                 if len(rest) > MAX_PARTIAL:    # a monster line: cut it here
-                    hits += self._region(rest + b"\n")
+                    rest += b"\n"
+                    hits += self._region(rest, 0, len(rest))
                 else:
                     self._carry = rest
                 return hits
-            region = data if (pos == 0 and cut == n - 1) else data[pos:cut + 1]
-            hits += self._region(region)
+            hits += self._region(data, pos, cut + 1)
             pos = cut + 1
         return hits
+
+    def feed_stream(self, f: BinaryIO, chunk: int = CHUNK) -> Iterator[Hit]:
+        """Read `f` to its end with one reused buffer (readinto: no per-chunk copies)."""
+        buf = bytearray(2 * chunk)
+        k = 0                                  # bytes of an unfinished line at buf[0:k]
+        if self._carry:
+            buf[:len(self._carry)] = self._carry
+            k, self._carry = len(self._carry), b""
+        while True:
+            if len(buf) < k + chunk:
+                buf.extend(bytes(k + chunk - len(buf)))
+            n = f.readinto(memoryview(buf)[k:k + chunk])
+            if not n:
+                break
+            self.bytes_seen += n
+            total = k + n
+            cut = buf.rfind(b"\n", k, total)
+            if cut < 0:
+                k = total
+                if k > MAX_PARTIAL:             # a monster line: cut it here
+                    yield from self._region(bytes(buf[:k]) + b"\n", 0, k + 1)
+                    k = 0
+                continue
+            yield from self._region(buf, 0, cut + 1)
+            k = total - (cut + 1)
+            buf[:k] = buf[cut + 1:total]
+        self._carry = bytes(buf[:k])
 
     def feed_lines(self, lines: Sequence[str]) -> list[Hit]:
         """Complete lines (without newlines), e.g. a follower's batch."""
@@ -308,89 +323,112 @@ class Scanner:
         if self._carry:
             region = self._carry + b"\n"
             self._carry = b""
-            hits += self._region(region)
+            hits += self._region(region, 0, len(region))
         self._pending = []
         return hits
 
     # -- scanning -------------------------------------------------------------------------
-    def _region(self, region: bytes) -> list[Hit]:
-        """Scan complete lines (ending in a newline), with a little overlap before them."""
-        hits = self._feed_pending(region) if self._pending else []
-        text = self._overlap + region if self._overlap else region
-        base = self.next_line - self._overlap_n
-        text = normalize_region(text)
-        cands = self.m.candidates(text)
+    def _region(self, buf, start: int, end: int) -> list[Hit]:
+        """Scan the complete lines buf[start:end] (end is just after a newline)."""
+        hits = self._feed_pending(buf, start, end) if self._pending else []
+        cands = self.m.candidates(buf, start, end)
+        cands += self._dirty_candidates(buf, start, end)
+        line_no, last = self.next_line, start
         if cands:
-            hits += self._evaluate(text, base, cands)
-            newlines = self._counted + text.count(b"\n", self._counted_at)
-            newlines -= self._overlap_n
-        else:
-            newlines = region.count(b"\n")
-        self.next_line += newlines
-        # keep the last OVERLAP_LINES lines: a wrapped anchor may start there
-        k = len(region)
-        for _ in range(OVERLAP_LINES):
-            k = region.rfind(b"\n", 0, k - 1) if k > 1 else -1
-            if k < 0:
-                break
-        self._overlap = region[k + 1:] if k >= 0 else region
-        self._overlap_n = self._overlap.count(b"\n")
-        if len(self._overlap) > MAX_EVAL:
-            self._overlap, self._overlap_n = b"", 0
+            cands.sort()
+            found, line_no, last = self._evaluate(buf, start, end, line_no, cands)
+            hits += found
+        self.next_line = line_no + buf.count(b"\n", last, end)   # one pass over the region
         if len(self._pending) > 64:   # never let waiting hits grow without bound
             self._pending = self._pending[-64:]
         return _suppress_benign(hits) if hits else hits
 
-    def _evaluate(self, text: bytes, base: int, cands: list[tuple[int, int]]) -> list[Hit]:
+    def _dirty_candidates(self, buf, start: int, end: int) -> list[tuple[int, int]]:
+        """Prefilter hits that only show once ANSI escapes / dedup suffixes are removed.
+
+        Those lines are few (colour around prefixes, Ray's dedup notes): they are cleaned
+        and scanned as a small side text; hits map back to the raw line's start.
+        """
+        starts: list[int] = []
+        for needle in (b"\x1b", b"x across cluster]"):
+            i = buf.find(needle, start, end)
+            while i >= 0:
+                ls = buf.rfind(b"\n", start, i) + 1 or start
+                le = buf.find(b"\n", i, end)
+                starts.append(ls)
+                i = buf.find(needle, le, end) if le >= 0 else -1
+        if not starts:
+            return []
+        starts = sorted(set(starts))
+        cleaned = []
+        for ls in starts:
+            le = buf.find(b"\n", ls, end)
+            line = bytes(buf[ls:le if le >= 0 else end])
+            cleaned.append(_strip_repeated_line(_strip_ansi_line(line)))
+        side = b"\n".join(cleaned) + b"\n"
+        offsets = []
+        pos = 0
+        for c in cleaned:
+            offsets.append(pos)
+            pos += len(c) + 1
+        out = []
+        for spos, pidx in self.m.candidates(side):
+            idx = bisect.bisect_right(offsets, spos) - 1
+            out.append((starts[idx], pidx))
+        return out
+
+    def _evaluate(self, buf, start: int, end: int, base: int,
+                  cands: list[tuple[int, int]]) -> tuple[list[Hit], int, int]:
+        """Full matches of the candidates; also (line number at `last`, `last`) offset."""
         hits: list[Hit] = []
         line_no = base
-        last = 0
+        last = start
         done: set[tuple[int, int]] = set()
         for pos, pidx in cands:
-            line_no += text.count(b"\n", last, pos)
+            line_no += buf.count(b"\n", last, pos)
             last = pos
-            self._counted, self._counted_at = line_no - base, pos
             key = (line_no, pidx)
-            if key in done or key in self._recent:
+            if key in done:
                 continue
             done.add(key)
-            start = text.rfind(b"\n", 0, pos) + 1
-            end = text.find(b"\n", pos)
-            if end < 0:
-                end = len(text)
+            ls = buf.rfind(b"\n", start, pos) + 1 or start
+            le = buf.find(b"\n", pos, end)
+            if le < 0:
+                le = end
             pattern = self.m.patterns[pidx]
-            first, rel = _slice_line(text, start, end, pos)
+            first, rel = _slice_line(buf, ls, le, pos)
             rest: list[str] = []
-            nxt = end + 1
+            nxt = le + 1
             for _ in range(pattern.span):
-                if nxt >= len(text):
+                if nxt >= end:
                     break
-                e = text.find(b"\n", nxt)
+                e = buf.find(b"\n", nxt, end)
                 if e < 0:
-                    e = len(text)
-                rest.append(_decode(text[nxt:min(e, nxt + MAX_EVAL)]))
+                    e = end
+                rest.append(_decode(buf[nxt:min(e, nxt + MAX_EVAL)]))
                 nxt = e + 1
             hit = _match(pattern, line_no, first, rel, rest)
             if hit is not None:
-                self._recent.append(key)
                 hits.append(hit)
             elif len(rest) < pattern.span:
                 # the continuation may still come: wait for it (bounded by MAX_SPAN lines)
-                self._recent.append(key)
                 self._pending.append(_Pending(pattern, line_no, first, rel, rest))
-        return hits
+        return hits, line_no, last
 
-    def _feed_pending(self, region: bytes) -> list[Hit]:
-        if not self._pending:
-            return []
+    def _feed_pending(self, buf, start: int, end: int) -> list[Hit]:
         need = max(p.pattern.span - len(p.rest) for p in self._pending)
-        parts = region.split(b"\n", need)
-        lines = parts[:-1] if len(parts) <= need else parts[:need]
-        decoded = [_decode(ANSI_RE_B.sub(b"", ln[:MAX_EVAL])) for ln in lines]
+        lines: list[str] = []
+        pos = start
+        while len(lines) < need and pos < end:
+            e = buf.find(b"\n", pos, end)
+            if e < 0:
+                e = end
+            lines.append(_decode(buf[pos:min(e, pos + MAX_EVAL)]))
+            pos = e + 1
         hits: list[Hit] = []
         keep: list[_Pending] = []
         for p in self._pending:
-            p.rest.extend(decoded[:p.pattern.span - len(p.rest)])
+            p.rest.extend(lines[:p.pattern.span - len(p.rest)])
             hit = _match(p.pattern, p.line, p.first, p.pos, p.rest)
             if hit is not None:
                 hits.append(hit)
