@@ -8,7 +8,9 @@ By hand (reference), each step one `ssh <node> <command>` process:
   4. docker run -d ... ray start --address <head ip>:<port> on the worker
   5. until the Ray node table (ray.nodes() in the head container) lists both nodes alive
      under their configured IPs (every 0.5 s)
-sparktui: the CLI as a subprocess (Python start-up, SSH connections, plan, audit included).
+sparktui: the CLI as a subprocess (Python start-up, SSH connections, plan, audit included);
+its own plan removes the containers in parallel, takes the GCS port listening as "GCS up",
+waits for the worker's "Ray runtime started" and then reads the same node table.
 Rounds alternate (hand, sparktui, hand, ...) on the same lab; medians are compared
 (target ≤ 1.3×).
 """
