@@ -101,7 +101,8 @@ def plain(text: str | None) -> str:
         o = ord(ch)
         if ch == "\t":
             out.append("    ")
-        elif o < 32 or o == 127 or 0x80 <= o < 0xA0 or ch in "\u2028\u2029":
+        elif (o < 32 or o == 127 or 0x80 <= o < 0xA0 or 0x202A <= o <= 0x202E
+              or 0x2066 <= o <= 0x2069 or ch in "\u2028\u2029\u200e\u200f"):
             out.append(f"\\x{o:02x}" if o < 256 else f"\\u{o:04x}")
         else:
             out.append(ch)
