@@ -21,10 +21,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
+
+from bench.common import median_time, ratio_row
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -190,15 +191,6 @@ def grep_signatures(dest: Path) -> tuple[Path, int, int]:
 
 # --- timing ----------------------------------------------------------------------------
 
-def _time(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def measure(quick: bool = False, *, size_mb: int | None = None, repeat: int | None = None,
             workdir: str | None = None, verbose: bool = False) -> list[dict]:
     """Rows {figure, value, unit, reference, ratio, target, mb_per_s, ...} as plain dicts."""
@@ -235,9 +227,9 @@ def measure(quick: bool = False, *, size_mb: int | None = None, repeat: int | No
     # interleaved, so both see the same load on a shared machine
     mine, theirs = [], []
     for _ in range(repeat):
-        mine.append(_time(ours, 1))
+        mine.append(median_time(ours, 1))
         if grep:
-            theirs.append(_time(run_grep, 1))
+            theirs.append(median_time(run_grep, 1))
     t_ours = statistics.median(mine)
     t_grep = statistics.median(theirs) if theirs else None
     rows.append({
@@ -260,10 +252,6 @@ def measure(quick: bool = False, *, size_mb: int | None = None, repeat: int | No
 def run(quick: bool = False) -> list:
     """Rows for `python -m bench` (bench.common.Row when available, else dicts)."""
     rows = measure(quick)
-    try:
-        from bench.common import ratio_row
-    except ImportError:
-        return rows
     out = []
     for r in rows:
         if r["reference"] is None:

@@ -52,6 +52,18 @@ class _Progress:
         print(line, file=sys.stderr, flush=True)
 
 
+def print_dry_run(plan, as_json: bool) -> int:
+    """Show the plan and run nothing."""
+    from sparktui.commands.common import print_json
+
+    if as_json:
+        print_json({"dry_run": True, "plan": plan.to_dict()})
+    else:
+        print(plan.render())
+        print("(dry run: nothing was run)")
+    return 0
+
+
 def _print_findings(findings) -> None:
     for f in findings:
         node = f" [{f.node}]" if f.node else ""
@@ -76,12 +88,7 @@ def run(args, action: str) -> int:
         print(f"sparktui {action}: {e}", file=sys.stderr)
         return 2
     if args.dry_run:
-        if args.json:
-            print_json({"dry_run": True, "plan": plan.to_dict()})
-        else:
-            print(plan.render())
-            print("(dry run: nothing was run)")
-        return 0
+        return print_dry_run(plan, args.json)
     if spec.mutating and not cfg.read_only and not args.yes:
         answer = _confirm(plan.render(full=False))
         if answer is None:

@@ -22,13 +22,9 @@ def run(args) -> int:
     if cfg is None:
         return 2
     if args.dry_run:
-        plan = build_plan("doctor", cfg)
-        if args.json:
-            print_json({"dry_run": True, "plan": plan.to_dict()})
-        else:
-            print(plan.render())
-            print("(dry run: nothing was run)")
-        return 0
+        from sparktui.commands.actions_cli import print_dry_run
+
+        return print_dry_run(build_plan("doctor", cfg), args.json)
     report = asyncio.run(run_doctor(cfg))
     errors = report.errors
     if args.json:
