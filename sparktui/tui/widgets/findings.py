@@ -25,7 +25,7 @@ def finding_prompt(f: Finding) -> Content:
     return Content.assemble(
         (SEVERITY_MARK.get(f.severity, "?"), style), " ",
         (f"{where:<9}", "$muted"), " ",
-        (f.title or f.message, style if f.severity == "error" else ""),
+        (f.message or f.title or f.id, style if f.severity == "error" else ""),
         ("  log" if f.source == "log" else "", "$muted"),
     )
 
