@@ -85,9 +85,7 @@ def render(snapshot: ClusterSnapshot, console: Console) -> None:
         if n.error:
             line("note", n.error, "yellow")
     if snapshot.ray_error and snapshot.ray_error != "not read yet":
-        console.print(Text(snapshot.ray_error.replace("container-not-running",
-                                                      "the Ray container is not running"),
-                           style="yellow"))
+        console.print(Text(snapshot.ray_error, style="yellow"))
     console.print()
     if not snapshot.findings:
         console.print(Text("No problems found.", style="green"))

@@ -225,6 +225,13 @@ if [ -n "$RAYTMP" ]; then wait "$RAYPID"; cat "$RAYTMP"; rm -f "$RAYTMP"; fi
 printf '@@sparktui:end@@\n'
 """
 
+# Why the Ray table was not read, for messages.
+SKIP_REASONS = {
+    "container-not-running": "the Ray container is not running",
+    "no-container": "no container configured",
+    "no-docker": "docker is not installed on the head",
+}
+
 # What a `missing` section means, for messages.
 MISSING_TOOL = {
     "addr": "ip", "containers": "docker", "gpus": "nvidia-smi", "gpu_apps": "nvidia-smi",
@@ -464,7 +471,7 @@ def parse_probe(stdout: str) -> ProbeResult:
         elif ray.skipped:
             why = ray.status.partition(":")[2]
             if why:  # plain `skipped` = not asked this tick: no error
-                res.ray_error = f"Ray table not read: {why}"
+                res.ray_error = "Ray table not read: " + SKIP_REASONS.get(why, why)
         else:
             res.ray_source = "python"
             res.ray_nodes, res.ray_error = parse_ray_nodes(ray.body)
