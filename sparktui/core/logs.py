@@ -44,9 +44,17 @@ MAGIC = b"@@SPTUI "
 #   @@SPTUI D <inode> <offset> <len>  then exactly <len> bytes of the file, then
 #   @@SPTUI E                         end of that data block
 # Arguments: $1 path, $2 inode to resume ("" = none), $3 offset (-1 = start at the last $4
-# lines; $4 = -1: from the beginning), $5 poll interval (s), $6 maximum block size (bytes).
+# lines; $4 = -1: from the beginning), $5 poll interval (s), $6 maximum block size (bytes),
+# $7 longest event wait (s).
+# Waiting for new data: with GNU tail and timeout, `tail -F` from the current offset blocks
+# in inotify and wakes the loop as soon as the file grows (or is replaced or truncated: tail
+# says so on stderr); it ends when `head -c 1` has its byte (GNU tail >= 8.28 notices the
+# closed pipe at once), or after $7 s at most. A wake that changed nothing (a message from
+# tail, no inotify) makes the next wait a plain `sleep $5`, so it cannot spin. Without GNU
+# tail the loop polls every $5 s.
 FOLLOW_SCRIPT = r"""
-p=$1; ino=$2; off=$3; n=$4; iv=$5; max=$6; open=0; missing=0
+p=$1; ino=$2; off=$3; n=$4; iv=$5; max=$6; wt=${7:-2}; open=0; missing=0; ev=0; idle=0
+case $(tail --version 2>/dev/null) in *GNU*) command -v timeout >/dev/null && ev=1 ;; esac
 while :; do
   if [ "$open" = 0 ]; then
     if [ -r "$p" ] && command exec 3<"$p" 2>/dev/null; then
@@ -74,11 +82,16 @@ while :; do
     printf '@@SPTUI D %s %s %s\n' "$ino" "$off" "$len"
     tail -c +$((off + 1)) /dev/fd/3 | head -c "$len"
     printf '@@SPTUI E\n'
-    off=$((off + len))
+    off=$((off + len)); idle=0
     continue
   fi
   if [ -n "$pi" ] && [ "$pi" != "$ino" ]; then exec 3<&-; open=0; continue; fi
-  sleep "$iv"
+  if [ "$ev" = 1 ] && [ "$pi" = "$ino" ] && [ "$idle" = 0 ]; then
+    w=$(timeout "$wt" tail -c +$((off + 1)) -F -- "$p" 2>&1 | head -c 1)
+    [ -n "$w" ] && idle=1
+  else
+    idle=0; sleep "$iv"
+  fi
 done
 """
 
@@ -303,13 +316,14 @@ class FileFollower(_Follower):
 
     def __init__(self, transport: Transport, path: str, *, node: str | None = None,
                  container: str | None = None, initial_lines: int = 500,
-                 from_start: bool = False, poll_interval: float = 0.3,
+                 from_start: bool = False, poll_interval: float = 0.3, event_wait: float = 2.0,
                  max_block: int = 256 * 1024, docker: str = "docker", **kw) -> None:
         super().__init__(transport, node=node, **kw)
         self.path = path
         self.container = container
         self.initial_lines = -1 if from_start else max(0, initial_lines)
         self.poll_interval = poll_interval
+        self.event_wait = event_wait
         self.max_block = max_block
         self.docker = docker
         self.source = f"{container}:{path}" if container else path
@@ -328,7 +342,7 @@ class FileFollower(_Follower):
 
     def _command(self) -> Command:
         args = (self.path, self.inode or "", str(self.offset), str(self.initial_lines),
-                f"{self.poll_interval:g}", str(self.max_block))
+                f"{self.poll_interval:g}", str(self.max_block), f"{self.event_wait:g}")
         if self.container:
             return cmd(self.docker, "exec", self.container, "sh", "-c", FOLLOW_SCRIPT,
                        "sparktui-follow", *args, timeout=None,
