@@ -432,8 +432,16 @@ async def follow_forced_serve(cfg_path: Path, state_home: Path, timeout: float =
                 if out["t_wait"] is not None and out["found"] is not None:
                     return
 
-        await asyncio.wait_for(consume(), timeout)
-        stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout)
+        consumer = asyncio.ensure_future(consume())
+        communicate = asyncio.ensure_future(proc.communicate())
+        await asyncio.wait({consumer, communicate}, timeout=timeout,
+                           return_when=asyncio.FIRST_COMPLETED)
+        if not consumer.done():  # serve ended first: the follower gets a moment for the rest
+            await asyncio.wait({consumer}, timeout=5)
+            consumer.cancel()
+        elif consumer.exception() is not None:
+            raise consumer.exception()
+        stdout, stderr = await asyncio.wait_for(communicate, timeout)
         out["t_serve_end"] = time.monotonic() - t_start
         out["rc"], out["stdout"], out["stderr"] = proc.returncode, stdout.decode(), \
             stderr.decode()
@@ -538,8 +546,13 @@ async def test_seed_failure_in_the_console(vllm_lab, seed_cfg, state_home, run_i
         try:
             marks: dict[str, float] = {}
 
+            ended: list[float] = []
+
             def watch():
                 now = time.monotonic() - t_start
+                if proc.poll() is not None:
+                    ended.append(now)
+                    assert now - ended[0] < 5, f"serve ended, console saw only {marks}"
                 if "wait" not in marks and any(WAITING in e.text
                                                for e in app.log_view.entries):
                     marks["wait"] = now
