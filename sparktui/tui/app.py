@@ -9,6 +9,7 @@ closes connections and never stops anything on the nodes.
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -118,6 +119,8 @@ class SparkApp(App[int]):
         self._progress: ProgressScreen | None = None
         self._last_error: dict[str, str] = {}
         self._poll_timer = None
+        self._log_applied = asyncio.Event()
+        self._gc_threshold: tuple[int, int, int] | None = None
 
     # ------------------------------------------------------------------ setup
 
@@ -143,16 +146,36 @@ class SparkApp(App[int]):
 
     def main_ready(self) -> None:
         """The main screen is composed: start the collectors."""
+        self._quiet_gc()
         if self._poll_enabled:
             self._poll()
         if self._follow_enabled:
             self._start_log()
 
     async def on_unmount(self) -> None:
+        if self._gc_threshold is not None:
+            gc.set_threshold(*self._gc_threshold)
+            gc.unfreeze()
+            self._gc_threshold = None
         try:
             await asyncio.wait_for(self.backend.close(), 5)
         except Exception:  # closing must not turn a quit into a crash
             pass
+
+    def _quiet_gc(self) -> None:
+        """Keep the cyclic garbage collector's full collections short and rare.
+
+        A log flood adds ~20k long-lived entries a second; CPython then makes a full
+        collection about every second, and each walked every object of the app (imports,
+        widgets, styles): pauses of 100-400 ms on a busy machine, keys waiting behind them.
+        What exists now lives as long as the app: frozen, the collector skips it; and full
+        collections wait for 10x more younger ones. Both are undone when the app ends.
+        """
+        if self._gc_threshold is None:
+            self._gc_threshold = gc.get_threshold()
+            gc.freeze()
+            young, middle, _full = self._gc_threshold
+            gc.set_threshold(young, middle, 100)
 
     # ------------------------------------------------------------------ collectors
 
@@ -178,8 +201,15 @@ class SparkApp(App[int]):
                         exit_on_error=False)
 
     async def _follow_log(self) -> None:
+        # One batch in flight: the next is posted once the pane has applied this one.
+        # Meanwhile the follower's bounded queue (and, through it, the node) holds the rest,
+        # so a flood never piles up in the app's message queue ahead of key presses.
+        applied = self._log_applied = asyncio.Event()
+        applied.set()
         async for node, lines in self.backend.follow_log():
             if lines:
+                await applied.wait()
+                applied.clear()
                 self.post_message(LogBatch(node, list(lines)))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
@@ -275,11 +305,19 @@ class SparkApp(App[int]):
             self.screen_stack[0].query_one(FindingDetail).show(event.option_list.selected)
 
     def on_log_batch(self, message: LogBatch) -> None:
+        try:
+            self._apply_log_batch(message)
+        finally:
+            self._log_applied.set()
+
+    def _apply_log_batch(self, message: LogBatch) -> None:
         view = self.log_view
         entries = view.add_lines(message.node, message.lines)
         if not entries:
             return
-        marks = self.backend.scan_log(message.lines)
+        # the knowledge base reads what the pane shows (escapes dropped, controls replaced):
+        # a finding quotes its log line, and that text reaches the screen too
+        marks = self.backend.scan_log([e.text for e in entries])
         for m in marks:
             view.mark(m.line, m.severity, m.pattern)
         if marks:

@@ -6,12 +6,15 @@ follow/pause with an "N new lines" mark. Log text is data: it is never parsed as
 from __future__ import annotations
 
 import re
+import time
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.cache import LRUCache
@@ -21,10 +24,12 @@ from textual.geometry import Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.timer import Timer
 from textual.widgets import Input, Static
 
-ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
-CONTROL_RE = re.compile("[\u0000-\u0008\u000b-\u001f\u007f]")
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+# C0 (but tab and newline), DEL and C1: U+0080..U+009F are 8-bit CSI/OSC/DCS to terminals
+CONTROL_RE = re.compile("[\u0000-\u0008\u000b-\u001f\u007f-\u009f]")
 ERROR_RE = re.compile(r"\b(?:ERROR|CRITICAL|FATAL)\b|Traceback \(most recent call last\)"
                       r"|^\w+(?:Error|Exception): |\bError: ")
 WARNING_RE = re.compile(r"\bWARN(?:ING)?\b")
@@ -56,7 +61,7 @@ class LogEntry:
     seq: int  # line number in this console session, from 1
     node: str
     text: str
-    level: str
+    level: str | None = None  # level_of(text), worked out when the line is first drawn
     finding: str | None = None  # severity of a finding matched on this line
     finding_id: str | None = None
 
@@ -76,6 +81,8 @@ class LogView(ScrollView, can_focus=True):
     class Scrolled(Message):
         """The view moved; the pane updates its status line."""
 
+    SYNC_INTERVAL = 0.1  # seconds: how often, at most, a flood of lines is put on screen
+
     def __init__(self, max_lines: int = 20000) -> None:
         super().__init__(id="log-view")
         self.max_lines = max_lines
@@ -89,7 +96,9 @@ class LogView(ScrollView, can_focus=True):
         self._seq = 0
         self._width = 0
         self._sources: set[str] = set()
-        self._cache: LRUCache[tuple[int, str | None], Strip] = LRUCache(2048)
+        self._cache: LRUCache[tuple[int, str | None], Strip] = LRUCache(512)
+        self._synced_at = 0.0
+        self._sync_timer: Timer | None = None
 
     # ------------------------------------------------------------------ data
 
@@ -98,34 +107,63 @@ class LogView(ScrollView, can_focus=True):
             return False
         return not self.filter_text or self.filter_text in e.text.lower()
 
+    @property
+    def received(self) -> int:
+        """Every line ever added (the view keeps only the newest `max_lines`)."""
+        return self._seq
+
     def add_lines(self, node: str, lines: list[str]) -> list[LogEntry]:
-        """Append a batch; returns the new entries (with their line numbers)."""
-        new: list[LogEntry] = []
-        for raw in lines:
-            self._seq += 1
-            text = clean(raw)
-            new.append(LogEntry(self._seq, node, text, level_of(text)))
+        """Append a batch; returns the new entries (with their line numbers).
+
+        Per line only what filtering needs happens here (cleaning); the level colour is
+        worked out when a line is first drawn: under a flood most lines never are.
+        """
+        first_seq = self._seq + 1
+        new = [LogEntry(seq, node, clean(raw))
+               for seq, raw in enumerate(lines, first_seq)]
         if not new:
             return new
+        self._seq += len(new)
         self._sources.add(node)
         self.entries.extend(new)
         overflow = len(self.entries) - self.max_lines
         if overflow > 0 and overflow >= max(1, self.max_lines // 20):  # prune in chunks
             del self.entries[:overflow]
             first = self.entries[0].seq
-            self.view = [e for e in self.view if e.seq >= first]
-        shown = [e for e in new if self._passes(e)]
+            cut = bisect_left(self.view, first, key=lambda e: e.seq)
+            del self.view[:cut]
+            if cut and not self.following:
+                # keep the lines the operator is reading in view (and scrolled up: the view
+                # would otherwise be clamped to its new end, and pinned there again)
+                self.set_scroll(None, max(0, self.scroll_y - cut))
+        filtering = self.filter_text or self.findings_only
+        shown = [e for e in new if self._passes(e)] if filtering else new
         self.view.extend(shown)
         self._width = max(self._width, max(min(len(e.text), RENDER_MAX) for e in new) + 4)
-        self.virtual_size = Size(self._width, len(self.view))
-        if shown:
-            if self.following:
-                self.scroll_end(animate=False, x_axis=False)
+        if shown and not self.following:
+            self.new_lines += len(shown)
+        # On screen at once after a quiet spell, then at most every SYNC_INTERVAL while
+        # lines keep coming: a flood would otherwise cost a layout and a repaint of the
+        # pane per batch, and leave the keys waiting behind them.
+        if self._sync_timer is None:
+            wait = self._synced_at + self.SYNC_INTERVAL - time.monotonic()
+            if wait <= 0:
+                self._sync()
             else:
-                self.new_lines += len(shown)
+                self._sync_timer = self.set_timer(wait, self._sync)
+        return new
+
+    def _sync(self) -> None:
+        """Show what add_lines appended: size, scroll to the newest line, repaint."""
+        self._sync_timer = None
+        self._synced_at = time.monotonic()
+        self.virtual_size = Size(self._width, len(self.view))
+        if self.following:
+            # now, not after the next refresh: a deferred scroll would land after a
+            # PageUp pressed meanwhile and pin the view again
+            self.scroll_end(animate=False, x_axis=False, immediate=True)
         self.refresh()
         self.post_message(self.Scrolled())
-        return new
 
     def entry(self, seq: int) -> LogEntry | None:
         if not self.entries:
@@ -198,17 +236,27 @@ class LogView(ScrollView, can_focus=True):
         if self.max_scroll_y > 0:
             self.pinned = False
 
+    # Scrolling up is not animated: an animation lands on the position worked out when the
+    # key was pressed, and under a flood the pane prunes lines meanwhile (its end moves up);
+    # the late landing would be clamped to the end and pin the view there again.
+
     def action_scroll_up(self) -> None:
         self._unpin()
-        super().action_scroll_up()
+        if not self.allow_vertical_scroll:
+            raise SkipAction()
+        self.scroll_up(animate=False)
 
     def action_page_up(self) -> None:
         self._unpin()
-        super().action_page_up()
+        if not self.allow_vertical_scroll:
+            raise SkipAction()
+        self.scroll_page_up(animate=False)
 
     def action_scroll_home(self) -> None:
         self._unpin()
-        super().action_scroll_home()
+        if not self._allow_scroll:
+            raise SkipAction()
+        self.scroll_home(animate=False, x_axis=self.scroll_y == 0)
 
     def _on_mouse_scroll_up(self, event) -> None:
         self._unpin()
@@ -226,6 +274,8 @@ class LogView(ScrollView, can_focus=True):
     def _style(self, e: LogEntry) -> Style:
         if e.finding:
             return self.get_component_rich_style(f"logview--finding-{e.finding}")
+        if e.level is None:
+            e.level = level_of(e.text)
         if e.level:
             return self.get_component_rich_style(f"logview--{e.level}")
         return Style()
@@ -298,7 +348,8 @@ class LogPane(Vertical):
         if v.new_lines:
             parts += ["  ", (f"↓ {v.new_lines} new lines", "reverse $log-warning"),
                       (" (End)", "$muted")]
-        self.query_one("#log-status", Static).update(Content.assemble(*parts))
+        # one row high (app.tcss): a new text never changes the layout
+        self.query_one("#log-status", Static).update(Content.assemble(*parts), layout=False)
 
     def open_filter(self) -> None:
         box = self.query_one("#log-filter", Input)
