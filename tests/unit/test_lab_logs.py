@@ -26,7 +26,7 @@ EXPECTED: dict[str, tuple[str, str] | None] = {
                                                 "ray_worker_died_segfault"),
     "serve_tp2_worker_raylet_killed.spark-1.ray.log": None,  # the head's Ray: fine
     # the worker's `ray start --block`: "Some Ray subprocesses exited unexpectedly: raylet
-    # [exit code=-9]" (see KB_GAPS)
+    # [exit code=-9]"
     "serve_tp2_worker_raylet_killed.spark-2.ray.log": ("ray.raylet_exited",
                                                        "ray_worker_died_segfault"),
     # the seed failure: the head's VLLM_HOST_IP = its external IP, Ray pinned to the
@@ -39,11 +39,7 @@ EXPECTED: dict[str, tuple[str, str] | None] = {
 
 # Real logs whose signature the shipped knowledge base does not know yet (strict xfail: a
 # new pattern makes them pass, and then this list must shrink).
-KB_GAPS = {
-    "serve_tp2_worker_raylet_killed.spark-2.ray.log":
-        "no pattern for ray start's 'Some Ray subprocesses exited unexpectedly: raylet "
-        "[exit code=-9]'",
-}
+KB_GAPS: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
