@@ -109,7 +109,16 @@ def _pg_ip_mismatch(f: Finding, snap: ClusterSnapshot) -> tuple[str, str | None]
 def _dead_worker(f: Finding, snap: ClusterSnapshot) -> tuple[str, str | None] | None:
     ip, node = _owner(snap, f)
     if ip is None:
-        return None
+        # The line names no IP (`RayWorkerProc rank=[1] died unexpectedly`): if exactly one
+        # node is dead in Ray, that is where the worker was.
+        dead = [n for n in snap.nodes if n.ray.alive is False]
+        if len(dead) != 1:
+            return None
+        d = dead[0]
+        reason = f": {d.ray.death_reason}" if d.ray.death_reason else ""
+        return (f"Ray reports {d.name} ({d.ray.registered_ip or d.configured_ip}) as dead{reason}; "
+                f"the worker on it went down with it. Check the container on {d.name} "
+                f"(docker logs) and `dmesg` there, then sparktui restart.", d.name)
     if node is None:
         return (f"The failing worker ran on {ip}, which is not a configured node: read its log "
                 "there (/tmp/ray/session_latest/logs/worker-*.err).", None)

@@ -113,3 +113,23 @@ def test_without_snapshot_or_usable_ip_nothing_changes(matcher):
     findings = diagnose_bytes(log, matcher)
     assert join(findings, None) == findings
     assert join(findings, issue_example()) == findings   # '<IP>' is not an address
+
+
+def test_worker_death_without_ip_points_at_the_one_dead_node():
+    from sparktui.core.model import ClusterSnapshot, Finding, NodeState, RayView
+    from sparktui.knowledge import join
+
+    alive = NodeState("spark-1", "h1", "head", "198.19.1.11", reachable=True,
+                      ray=RayView(registered_ip="198.19.1.11", alive=True))
+    dead = NodeState("spark-2", "h2", "worker", "198.19.1.12", reachable=True,
+                     ray=RayView(registered_ip="198.19.1.12", alive=False,
+                                 death_reason="health check failed due to missing too many heartbeats"))
+    f = Finding("ray.worker_proc_died", "error", None, "A vLLM worker process died",
+                fix="generic", source="log", category="ray_worker_died_segfault")
+    [j] = join([f], ClusterSnapshot("lab", [alive, dead]))
+    assert j.node == "spark-2"
+    assert "spark-2 (198.19.1.12) as dead: health check failed" in j.fix
+    # two dead nodes: no guess
+    alive.ray.alive = False
+    [j] = join([f], ClusterSnapshot("lab", [alive, dead]))
+    assert j.node is None
