@@ -65,8 +65,10 @@ class ProgressScreen(ModalScreen[None]):
         self._refresh()
 
     def _refresh(self) -> None:
-        if self.is_mounted:
-            self.query_one("#progress-text", Static).update(self._content())
+        # after Esc the screen is gone (children removed) while the action runs on: the
+        # updates and the end then have nowhere to go, and must not crash the console
+        for text in self.query("#progress-text").results(Static):
+            text.update(self._content())
 
     def action_close(self) -> None:
         self.dismiss(None)
