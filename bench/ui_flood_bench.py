@@ -88,6 +88,12 @@ KEYS = [
 ]
 
 
+def _cpu(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _status(pid: int | str, key: str) -> int:
     """A kB field of /proc/<pid>/status, in bytes."""
     for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -187,9 +193,7 @@ class _Probe:
     def _check_done(self) -> None:
         if self.expected is None:
             return
-        received = getattr(self.view, "received", None)
-        if received is None:  # before LogView had its counter
-            received = self.view._seq
+        received = self.view.received
         waited = (time.monotonic_ns() - (self.done_at or 0)) / 1e9
         if received >= self.expected or waited > 60:
             follower = getattr(self.app.backend, "_follower", None)
@@ -285,7 +289,8 @@ def flood(seconds: float, rate: int = RATE) -> dict:
     env.update(TERM="xterm-256color", PYTHONPATH=str(ROOT), TEXTUAL_ANIMATIONS="none")
     env.pop("TEXTUAL", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.ui_flood_bench", "--child", str(cfg), str(p2c_r),
+        [sys.executable, *(os.environ["FLOOD_CHILD"].split() if os.environ.get("FLOOD_CHILD")
+                           else ["-m", "bench.ui_flood_bench", "--child"]), str(cfg), str(p2c_r),
          str(c2p_w)], stdin=slave, stdout=slave, stderr=slave, pass_fds=(p2c_r, c2p_w),
         cwd=ROOT, env=env, start_new_session=True)
     os.close(slave), os.close(p2c_r), os.close(c2p_w)
@@ -300,13 +305,14 @@ def flood(seconds: float, rate: int = RATE) -> dict:
             raise RuntimeError("the console did not start: "
                                + tty_tail.decode("utf-8", "replace")[-2000:])
         time.sleep(1.0)  # the follower is running, the first refresh done
+        cpu0 = _cpu(proc.pid)
         writer = subprocess.Popen([sys.executable, "-c", WRITER, str(log), str(rate),
                                    str(seconds), str(FIXTURE)], stdout=subprocess.PIPE,
                                   text=True)
         spy = None
         if os.environ.get("FLOOD_PYSPY"):  # profile the console while it floods
             spy = subprocess.Popen(["py-spy", "record", "-p", str(proc.pid), "-d",
-                                    str(int(seconds)), "-r", "200", "-f", "raw", "-o",
+                                    str(int(seconds)), "-r", "100", "--nonblocking", "-f", "raw", "-o",
                                     os.environ["FLOOD_PYSPY"]], stdout=subprocess.DEVNULL)
         latencies: list[tuple[str, float]] = []
         rss_max = 0
@@ -324,6 +330,7 @@ def flood(seconds: float, rate: int = RATE) -> dict:
             rss_max = max(rss_max, _status(proc.pid, "VmRSS"))
             i += 1
         out, _ = writer.communicate()
+        cpu = _cpu(proc.pid) - cpu0
         if spy is not None:
             spy.wait(60)
         written, wrote_for = out.split()
@@ -335,6 +342,7 @@ def flood(seconds: float, rate: int = RATE) -> dict:
         proc.wait(30)
         result.update(written=int(written), wrote_for=float(wrote_for),
                       latencies=latencies, rss_sampled_max=rss_max, tty_bytes=out_bytes[0],
+                      cpu=cpu,
                       seconds=seconds, rate=rate)
         return result
     finally:
@@ -373,7 +381,8 @@ def rows(r: dict) -> list[Row]:
     key_row = limit_row(f"{label}: p99 key-to-render", p99 * 1000, "ms", 150,
                         note=f"{len(lat)} keys, median {_pct(lat, .5) * 1000:.1f} ms, "
                              f"worst {worst[1] * 1000:.0f} ms ({worst[0]}); "
-                             f"{r['frames']} frames, {achieved:,.0f} lines/s written")
+                             f"{r['frames']} frames, {achieved:,.0f} lines/s written, "
+                             f"console CPU {100 * r['cpu'] / r['wrote_for']:.0f}% of a core")
     rss_row = limit_row(f"{label}: peak RSS of the console process", r["hwm"] / mb, "MB",
                         250, note=f"VmHWM; {r['rss0'] / mb:.0f} MB before the app, "
                                   f"+{(r['hwm'] - r['rss0']) / mb:.0f} MB growth")

@@ -49,9 +49,9 @@ MAGIC = b"@@SPTUI "
 # Waiting for new data: with GNU tail and timeout, `tail -F` from the current offset blocks
 # in inotify and wakes the loop as soon as the file grows (or is replaced or truncated: tail
 # says so on stderr); it ends when `head -c 1` has its byte (GNU tail >= 8.28 notices the
-# closed pipe at once), or after $7 s at most. A wake that changed nothing (a message from
-# tail, no inotify) makes the next wait a plain `sleep $5`, so it cannot spin. Without GNU
-# tail the loop polls every $5 s.
+# closed pipe at once), or after $7 s at most (timeout ends head, then tail). A wake that
+# changed nothing (a message from tail, no inotify) makes the next wait a plain `sleep $5`,
+# so it cannot spin. Without GNU tail the loop polls every $5 s.
 FOLLOW_SCRIPT = r"""
 p=$1; ino=$2; off=$3; n=$4; iv=$5; max=$6; wt=${7:-2}; open=0; missing=0; ev=0; idle=0
 case $(tail --version 2>/dev/null) in *GNU*) command -v timeout >/dev/null && ev=1 ;; esac
@@ -87,8 +87,7 @@ while :; do
   fi
   if [ -n "$pi" ] && [ "$pi" != "$ino" ]; then exec 3<&-; open=0; continue; fi
   if [ "$ev" = 1 ] && [ "$pi" = "$ino" ] && [ "$idle" = 0 ]; then
-    w=$(timeout "$wt" tail -c +$((off + 1)) -F -- "$p" 2>&1 | head -c 1)
-    [ -n "$w" ] && idle=1
+    tail -c +$((off + 1)) -F -- "$p" 2>&1 | timeout "$wt" head -c 1 >/dev/null && idle=1
   else
     idle=0; sleep "$iv"
   fi

@@ -159,11 +159,18 @@ class LogView(ScrollView, can_focus=True):
         self._synced_at = time.monotonic()
         self.virtual_size = Size(self._width, len(self.view))
         if self.following:
-            # now, not after the next refresh: a deferred scroll would land after a
-            # PageUp pressed meanwhile and pin the view again
-            self.scroll_end(animate=False, x_axis=False, immediate=True)
+            # now (the next frame shows the newest line) and, if the layout that comes with
+            # the new size moved the end, once more after it; never a plain deferred
+            # scroll_end: it would land after a PageUp pressed meanwhile and pin the view
+            # again. force: the first overflow's scrollbar only comes with that layout.
+            self.scroll_end(animate=False, x_axis=False, immediate=True, force=True)
+            self.call_after_refresh(self._settle)
         self.refresh()
         self.post_message(self.Scrolled())
+
+    def _settle(self) -> None:
+        if self.following and self.scroll_y != self.max_scroll_y:
+            self.scroll_end(animate=False, x_axis=False, immediate=True, force=True)
 
     def entry(self, seq: int) -> LogEntry | None:
         if not self.entries:
