@@ -37,7 +37,7 @@ OTHER = ["enter", "escape", "tab", "shift+tab", "up", "down", "left", "right", "
 PAUSE = "<pause>"  # let the collectors (refresh, log follower, doctor) run meanwhile
 KEYS = BOUND + LETTERS + OTHER
 key_sequences = st.lists(st.one_of(st.sampled_from(KEYS), st.just(PAUSE)),
-                         min_size=5, max_size=40)
+                         min_size=20, max_size=60)
 
 STATS = {"examples": 0, "keys": 0, "commands": 0, "refused": 0}
 
@@ -112,7 +112,7 @@ async def drive(cfg: config.Config, keys: list[str]) -> tuple[SparkApp, dict]:
 
 
 @pytest.mark.lab
-@settings(max_examples=int(os.environ.get("SPARKTUI_FUZZ_EXAMPLES", "15")), deadline=None,
+@settings(max_examples=int(os.environ.get("SPARKTUI_FUZZ_EXAMPLES", "12")), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                  HealthCheck.too_slow])
 @given(keys=key_sequences)
