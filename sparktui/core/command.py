@@ -33,6 +33,17 @@ class Command:
             line = shlex.join(["env", *(f"{k}={v}" for k, v in self.env)]) + " " + line
         return line
 
+    def masked(self) -> str:
+        """`shell()` with secret-looking values masked (`NAME=value`, `--token value`): the
+        command line as messages, errors and logs may show it."""
+        from sparktui.core.secrets import mask_argv
+
+        line = shlex.join(mask_argv(self.argv))
+        if self.env:
+            env = mask_argv([f"{k}={v}" for k, v in self.env])
+            line = shlex.join(["env", *env]) + " " + line
+        return line
+
     def __str__(self) -> str:
         return self.shell()
 

@@ -54,7 +54,7 @@ class Transport:
         if refused:
             raise ReadOnlyError(
                 f"{self.node}: read-only mode refuses a command that changes the node: "
-                f"{command.shell()}"
+                f"{command.masked()}"
             )
 
     async def run(self, command: Command, *, check: bool = False) -> Result:
@@ -71,7 +71,7 @@ class Transport:
             result.duration = time.monotonic() - start
         if check and not result.ok:
             raise TransportError(
-                f"{self.node}: `{command.shell()}` exited {result.exit_status}: {result.tail(3)}"
+                f"{self.node}: `{command.masked()}` exited {result.exit_status}: {result.tail(3)}"
             )
         return result
 
