@@ -28,6 +28,9 @@ created (imports done).
 
 Line count: the LogView's counter of lines received (`LogView.received`) at the end must
 equal the number of lines the writer wrote (the pane keeps only the newest 20,000).
+
+`python -m bench.ui_flood_bench [SECONDS]` prints the raw figures and the latency per key;
+with FLOOD_PYSPY=out.txt, py-spy (if installed) samples the console meanwhile (raw format).
 """
 
 from __future__ import annotations
@@ -178,12 +181,6 @@ class _Probe:
         for ln in lines:
             cmd, *args = ln.decode().split()
             if cmd == "arm":
-                if os.environ.get("FLOOD_DEBUG"):
-                    with open(os.environ["FLOOD_DEBUG"], "a") as fh:
-                        v = self.view
-                        print(args, "focus", self.app.focused, "pinned", v.pinned, "follow",
-                              v.follow, "scroll", v.scroll_y, v.max_scroll_y, "lv", self.lv,
-                              file=fh)
                 self.pending = (int(args[0]), args[1], time.monotonic_ns())
                 self.send(f"armed {args[0]}")
             elif cmd == "done":
@@ -286,11 +283,11 @@ def flood(seconds: float, rate: int = RATE) -> dict:
     p2c_r, p2c_w = os.pipe()
     c2p_r, c2p_w = os.pipe()
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    env.update(TERM="xterm-256color", PYTHONPATH=str(ROOT), TEXTUAL_ANIMATIONS="none")
-    env.pop("TEXTUAL", None)
+    env.update(TERM="xterm-256color", PYTHONPATH=str(ROOT))
+    for k in ("TEXTUAL", "TEXTUAL_ANIMATIONS"):  # the defaults an operator has
+        env.pop(k, None)
     proc = subprocess.Popen(
-        [sys.executable, *(os.environ["FLOOD_CHILD"].split() if os.environ.get("FLOOD_CHILD")
-                           else ["-m", "bench.ui_flood_bench", "--child"]), str(cfg), str(p2c_r),
+        [sys.executable, "-m", "bench.ui_flood_bench", "--child", str(cfg), str(p2c_r),
          str(c2p_w)], stdin=slave, stdout=slave, stderr=slave, pass_fds=(p2c_r, c2p_w),
         cwd=ROOT, env=env, start_new_session=True)
     os.close(slave), os.close(p2c_r), os.close(c2p_w)
@@ -311,9 +308,10 @@ def flood(seconds: float, rate: int = RATE) -> dict:
                                   text=True)
         spy = None
         if os.environ.get("FLOOD_PYSPY"):  # profile the console while it floods
-            spy = subprocess.Popen(["py-spy", "record", "-p", str(proc.pid), "-d",
-                                    str(int(seconds)), "-r", "100", "--nonblocking", "-f", "raw", "-o",
-                                    os.environ["FLOOD_PYSPY"]], stdout=subprocess.DEVNULL)
+            spy = subprocess.Popen(
+                ["py-spy", "record", "-p", str(proc.pid), "-d", str(int(seconds)), "-r", "100",
+                 "--nonblocking", "-f", "raw", "-o", os.environ["FLOOD_PYSPY"]],
+                stdout=subprocess.DEVNULL)
         latencies: list[tuple[str, float]] = []
         rss_max = 0
         i = 0
@@ -342,8 +340,7 @@ def flood(seconds: float, rate: int = RATE) -> dict:
         proc.wait(30)
         result.update(written=int(written), wrote_for=float(wrote_for),
                       latencies=latencies, rss_sampled_max=rss_max, tty_bytes=out_bytes[0],
-                      cpu=cpu,
-                      seconds=seconds, rate=rate)
+                      cpu=cpu, seconds=seconds, rate=rate)
         return result
     finally:
         if writer is not None and writer.poll() is None:

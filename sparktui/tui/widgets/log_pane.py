@@ -240,6 +240,11 @@ class LogView(ScrollView, can_focus=True):
         self.post_message(self.Scrolled())
 
     def _unpin(self) -> None:
+        if self._sync_timer is not None:
+            # lines not on screen yet change where the end is: show them first, or the
+            # scroll below starts from a stale end and the next size change clamps it
+            self._sync_timer.stop()
+            self._sync()
         if self.max_scroll_y > 0:
             self.pinned = False
 
