@@ -1,6 +1,7 @@
-"""Secrets on the lab: the config's container.env carries VLLM_API_KEY, HF_TOKEN and
-DB_PASSWORD; `sparktui restart` really starts the Ray containers with them (checked inside
-the containers), and afterwards their values appear nowhere sparktui writes or shows:
+"""Secrets on the lab: the config's container.env carries VLLM_API_KEY, HF_TOKEN,
+DB_PASSWORD and S3_SECRET; `sparktui restart` really starts the Ray containers with them
+(checked inside the containers), and afterwards their values appear nowhere sparktui writes
+or shows:
 `status --json` (and plain), `doctor --json`, `restart --json`, `--dry-run` (text and JSON),
 the progress lines on stderr, the audit log, a read-only refusal, the console's screen
 (node panes, findings, the restart confirmation, the doctor's progress) through Pilot with
@@ -38,7 +39,8 @@ from tests.lab import ray as raymod
 pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[2]
-SECRETS = {"VLLM_API_KEY": "s3cret-value", "HF_TOKEN": "hf_abc123", "DB_PASSWORD": "pw-Zq9x"}
+SECRETS = {"VLLM_API_KEY": "s3cret-value", "HF_TOKEN": "hf_abc123", "DB_PASSWORD": "pw-Zq9x",
+           "S3_SECRET": "sk-Lw8r2"}
 VALUES = tuple(SECRETS.values())
 
 

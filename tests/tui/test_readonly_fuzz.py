@@ -157,6 +157,44 @@ def test_every_bound_key_then_quit(healthy_lab, all_transports, tmp_path, monkey
 
 
 @pytest.mark.lab
+def test_every_action_asked_directly_in_read_only(healthy_lab, all_transports, tmp_path,
+                                                  monkeypatch):
+    """Past the keys: every registry action run as a Textual action (the palette's path),
+    and every core action asked of the backend directly (as a bug in the UI might):
+    mutating ones refused by the actions layer, nothing mutating sent."""
+    from sparktui.tui import actions as registry
+
+    monkeypatch.chdir(tmp_path)
+    before = containers(healthy_lab)
+    cfg = lab_config(healthy_lab)
+    cfg.vllm.model = "facebook/opt-125m"  # serve can be planned, so it is refused, not unplanned
+    outcomes = {}
+
+    async def go() -> None:
+        backend = LiveBackend(cfg, read_only=True)
+        app = SparkApp(backend)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause(0.5)
+            for a in registry.REGISTRY:
+                if a.id == "quit":
+                    continue
+                await app.run_action(a.action.removeprefix("app."))
+                await pilot.pause(0.1)
+                await pilot.press("escape", "escape")
+            for name in ("teardown", "restart", "serve", "doctor"):
+                outcomes[name] = await backend.execute(name, lambda _p: None)
+            await pilot.press("q")
+
+    asyncio.run(go())
+    records = sent_records(all_transports)
+    assert records and mutating_sent(records) == []
+    for name in ("teardown", "restart", "serve"):
+        assert not outcomes[name].ok and "read-only" in outcomes[name].summary, outcomes[name]
+    assert "error(s)" in outcomes["doctor"].summary
+    assert containers(healthy_lab) == before
+
+
+@pytest.mark.lab
 def test_the_audit_can_see_a_mutating_command(healthy_lab):
     """Positive controls for the two assertions above: a read-only transport records a
     refused mutating command as refused; a normal one records it as sent."""
