@@ -128,9 +128,13 @@ class LocalTransport(Transport):
             out, err = await proc.communicate(
                 command.stdin.encode() if command.stdin is not None else None
             )
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # timed out or cancelled: reap it, then go on
             if proc.returncode is None:
-                proc.kill()
+                try:
+                    proc.kill()
+                except ProcessLookupError:
+                    pass
+            await asyncio.shield(proc.wait())
             raise
         return Result(
             proc.returncode if proc.returncode is not None and proc.returncode >= 0 else None,
