@@ -587,3 +587,38 @@ async def test_seed_failure_in_the_console(vllm_lab, seed_cfg, state_home, run_i
                 proc.wait()
     assert not vllm_running(lab)
     keep_logs(lab, "seed_pg_ip_mismatch_tui", ray_logs=False, remove=True)
+
+
+# ------------------------------------------------------------------ 6. head container killed
+
+
+def test_head_container_killed_while_serving(vllm_lab, state_home, run_info):
+    """Serve again, then `docker kill` the head's container: status answers at once with the
+    head's container down and vLLM not serving, the worker still reachable, and the
+    console's follower keeps following the (host-side) log file without error."""
+    lab = vllm_lab
+    cfg = str(lab.config_path)
+    r = sparktui(state_home, "restart", "-c", cfg, "--yes", "--json", timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = sparktui(state_home, "serve", "-c", cfg, "--yes", "--json", timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert http(lab, "/health")[0] == 200
+    t0 = time.monotonic()
+    lab.docker(lab.head, "kill", lab.container)
+    r = sparktui(state_home, "status", "--json", "-c", cfg, timeout=120)
+    run_info["steps"]["head_kill_to_status_s"] = round(time.monotonic() - t0, 1)
+    assert r.returncode == 1, r.stderr
+    data = json.loads(r.stdout)
+    head, worker = data["nodes"]
+    assert head["reachable"] and worker["reachable"]
+    [c] = [c for c in head["containers"] if c["name"] == lab.container]
+    assert c["state"] == "exited"
+    assert data["vllm"]["healthy"] is not True
+    ids = [(f["id"], f["node"]) for f in data["findings"]]
+    assert ids[0] == ("container-not-running", head["name"]), ids
+    assert not [f for f in data["findings"] if f["node"] == worker["name"]
+                and f["id"] == "node-unreachable"]
+    # the worker's container is untouched by the head's death
+    [wc] = [c for c in worker["containers"] if c["name"] == lab.container]
+    assert wc["state"] == "running"
+    keep_logs(lab, "serve_tp2_head_container_killed", ray_logs=False, remove=True)
