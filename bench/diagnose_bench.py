@@ -234,8 +234,8 @@ def measure(quick: bool = False, *, size_mb: int | None = None, repeat: int | No
     t_grep = statistics.median(theirs) if theirs else None
     rows.append({
         "figure": f"diagnose {mb:.0f} MB vLLM log ({len(matcher.patterns)} patterns)",
-        "value": round(t_ours, 3), "unit": "s",
-        "reference": round(t_grep, 3) if t_grep else None,
+        "value": round(t_ours, 6), "unit": "s",
+        "reference": round(t_grep, 6) if t_grep else None,
         "reference_name": f"grep -E -f ({n_sigs} signatures)",
         "ratio": round(t_ours / t_grep, 2) if t_grep else None,
         "target": TARGET_RATIO,

@@ -97,7 +97,10 @@ class Cli:
                              + "\n".join(self.lines[-30:]))
 
     def finish(self, timeout: float = 60) -> tuple[int, str, str]:
-        out, _ = self.p.communicate(timeout=timeout)
+        # not communicate(): it would read stderr too, racing the reader thread for the
+        # last lines (stdout carries one summary line, so waiting first cannot fill its pipe)
+        self.p.wait(timeout=timeout)
+        out = self.p.stdout.read() if self.p.stdout else ""
         self._t.join(5)
         return self.p.returncode, out, "\n".join(self.lines)
 
