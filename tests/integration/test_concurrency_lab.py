@@ -32,7 +32,6 @@ from sparktui.tui.live import LiveBackend
 from sparktui.tui.screens.confirm import ConfirmScreen
 from sparktui.tui.screens.progress import ProgressScreen
 from tests.lab import faults
-from tests.lab import node as nodemod
 from tests.lab import ray as raymod
 
 pytestmark = pytest.mark.lab
@@ -110,14 +109,6 @@ class Cli:
             self.p.wait(10)
 
 
-def containers(lab) -> dict[str, list[tuple[str, str]]]:
-    out = {}
-    for n in lab.nodes:
-        text = nodemod.exec_(n, ["docker", "ps", "-a", "--no-trunc", "--format",
-                                 "{{.ID}} {{.State}}"]).stdout
-        out[n.name] = sorted(tuple(line.split()) for line in text.splitlines())
-    return out
-
 
 def ray_whole_pinned(lab, timeout: float = 180) -> float:
     """Seconds until every node is alive in Ray under its interconnect (configured) IP."""
@@ -189,7 +180,7 @@ def test_cli_second_action_refused_and_interrupted_restart_finishes_on_the_nodes
         clab, state, sig):
     lab = clab
     cfg_path = str(lab.config_path)
-    before = containers(lab)
+    before = lab.containers()
     first = Cli(state, "restart", "-c", cfg_path, "--yes")
     try:
         first.wait_line(lambda ln: " running " in ln, 60, "a running step")
@@ -208,7 +199,7 @@ def test_cli_second_action_refused_and_interrupted_restart_finishes_on_the_nodes
         assert rc == -signal.SIGTERM
     assert "Traceback" not in err
     # the nodes' work goes on: new containers run, and Ray comes up whole and pinned
-    after = containers(lab)
+    after = lab.containers()
     for node, ctrs in after.items():
         assert ctrs and all(s == "running" for _i, s in ctrs), (node, ctrs)
         assert {i for i, _ in ctrs}.isdisjoint({i for i, _ in before[node]}), node
@@ -226,7 +217,7 @@ def test_console_refuses_a_second_action_and_q_mid_restart_leaves_the_work_runni
     cfg_path = str(lab.config_path)
     cfg = config.load(cfg_path)
     cfg.refresh_interval = 1.0
-    before = containers(lab)
+    before = lab.containers()
     facts: dict = {}
 
     async def go() -> None:
@@ -279,7 +270,7 @@ def test_console_refuses_a_second_action_and_q_mid_restart_leaves_the_work_runni
     assert "running" in facts["states_at_quit"]  # it really was mid-action
     assert running_action() is None  # this process let go of the action ...
     assert lock_is_free(state)  # ... and of the lock file
-    after = containers(lab)
+    after = lab.containers()
     for node, ctrs in after.items():
         assert ctrs and all(s == "running" for _i, s in ctrs), (node, ctrs)
         assert {i for i, _ in ctrs}.isdisjoint({i for i, _ in before[node]}), node

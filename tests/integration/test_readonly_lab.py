@@ -18,8 +18,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.lab import node as nodemod
-
 pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,14 +60,6 @@ def audit(tmp: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
-def containers(lab) -> dict[str, list[tuple[str, str]]]:
-    out = {}
-    for n in lab.nodes:
-        text = nodemod.exec_(n, ["docker", "ps", "-a", "--no-trunc", "--format",
-                                 "{{.ID}} {{.State}}"]).stdout
-        out[n.name] = sorted(tuple(line.split()) for line in text.splitlines())
-    return out
-
 
 @pytest.fixture
 def configs(healthy_lab, tmp_path) -> dict[str, Path]:
@@ -96,7 +86,7 @@ def argv_for(how: str, action: str, cfg: Path, *extra: str) -> list[str]:
 def test_mutating_commands_are_refused_and_change_nothing(healthy_lab, configs, tmp_path, how):
     lab = healthy_lab
     cfg = configs["config" if how == "config" else "flag"]
-    before = containers(lab)
+    before = lab.containers()
     assert all(before.values()) and all(s == "running" for v in before.values() for _i, s in v)
     tried = 0
     for action in MUTATING:
@@ -119,7 +109,7 @@ def test_mutating_commands_are_refused_and_change_nothing(healthy_lab, configs, 
             new = audit(tmp_path)[n_audit:]
             assert new and {e["status"] for e in new} == {"refused"}, new
             assert {e["action"] for e in new} == {action}
-            assert containers(lab) == before
+            assert lab.containers() == before
     assert tried == 9
 
 
@@ -127,7 +117,7 @@ def test_mutating_commands_are_refused_and_change_nothing(healthy_lab, configs, 
 def test_doctor_status_and_dry_run_still_work(healthy_lab, configs, tmp_path, how):
     lab = healthy_lab
     cfg = configs["config" if how == "config" else "flag"]
-    before = containers(lab)
+    before = lab.containers()
 
     p, rec = run_cli(tmp_path, *argv_for(how, "status", cfg, "--json"))
     assert p.returncode == 0, p.stderr
@@ -149,4 +139,4 @@ def test_doctor_status_and_dry_run_still_work(healthy_lab, configs, tmp_path, ho
     p, rec = run_cli(tmp_path, *argv_for(how, "status", cfg))
     assert p.returncode == 0 and "spark-1" in p.stdout and "spark-2" in p.stdout
     assert audit(tmp_path) == []
-    assert containers(lab) == before
+    assert lab.containers() == before

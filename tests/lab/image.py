@@ -72,7 +72,7 @@ RAY_IMAGE = ImageSpec()
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -88,7 +88,7 @@ def tarball(spec: ImageSpec = RAY_IMAGE, log=print) -> Path:
     out = images / f"{spec.name}-{spec.key}.tar"
     if out.exists():
         return out
-    with _locked(images / ".lock"):
+    with file_lock(images / ".lock"):
         if out.exists():
             return out
         t0 = time.monotonic()

@@ -133,6 +133,14 @@ class Lab:
         """`docker <args>` against the node's own dockerd."""
         return self.exec(node, ["docker", *args], check=check, timeout=timeout)
 
+    def containers(self) -> dict[str, list[tuple[str, str]]]:
+        """Every container of every node: sorted (full id, state) pairs per node name."""
+        out = {}
+        for n in self.nodes:
+            text = self.docker(n, "ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.State}}").stdout
+            out[n.name] = sorted(tuple(line.split()) for line in text.splitlines())
+        return out
+
     def host_path(self, node: str | Node, path: str) -> Path:
         """A path on the node, as the host can open it (through the node's mount namespace)."""
         n = self.node(node)

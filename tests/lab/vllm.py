@@ -21,15 +21,13 @@ old executor and short placement-group wait).
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -218,15 +216,6 @@ def key() -> str:
     return h.hexdigest()[:12]
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _du(path: Path) -> int:
@@ -275,7 +264,7 @@ def _host_libs(venv: Path) -> list[str]:
 def build(log: Log = _stderr) -> Artifacts:
     """The cached venv + model for this machine, built first if missing (~2.5 min)."""
     art = Artifacts(VLLM_ROOT / key())
-    with _locked(VLLM_ROOT / ".lock"):
+    with imagemod.file_lock(VLLM_ROOT / ".lock"):
         if not art.stamp.exists():
             _build(art, log)
         _install_hook(art)

@@ -24,7 +24,6 @@ from sparktui.tui.app import SparkApp
 from sparktui.tui.live import LiveBackend
 from sparktui.tui.screens.progress import ProgressScreen
 from sparktui.tui.widgets.node_pane import NodePane
-from tests.lab import node as nodemod
 from tests.tui.support import TestBackend, seed_config, seed_snapshot
 
 SIZE = (160, 50)
@@ -66,15 +65,6 @@ def mutating_sent(records: list[SentRecord]) -> list[SentRecord]:
     """Commands that change a node and were actually sent (not refused)."""
     return [r for r in records if r.mutating and not r.refused]
 
-
-def containers(lab) -> dict[str, list[tuple[str, str]]]:
-    """Every container of every node: (full id, state)."""
-    out = {}
-    for n in lab.nodes:
-        text = nodemod.exec_(n, ["docker", "ps", "-a", "--no-trunc", "--format",
-                                 "{{.ID}} {{.State}}"]).stdout
-        out[n.name] = sorted(tuple(line.split()) for line in text.splitlines())
-    return out
 
 
 def lab_config(lab) -> config.Config:
@@ -119,7 +109,7 @@ async def drive(cfg: config.Config, keys: list[str]) -> tuple[SparkApp, dict]:
 def test_random_keys_in_read_only_send_nothing_that_changes_a_node(
         healthy_lab, all_transports, keys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a palette "screenshot" lands here, not in the repo
-    before = containers(healthy_lab)
+    before = healthy_lab.containers()
     start = len(all_transports)
     app, seen = asyncio.run(drive(lab_config(healthy_lab), keys))
     transports = all_transports[start:]
@@ -133,7 +123,7 @@ def test_random_keys_in_read_only_send_nothing_that_changes_a_node(
     assert seen["reachable"] == {n.name for n in healthy_lab.nodes}, seen.get("errors")
     assert mutating_sent(records) == []
     assert all(r.refused for r in records if r.mutating)
-    assert containers(healthy_lab) == before
+    assert healthy_lab.containers() == before
     assert app.return_code in (None, 0)
 
 
@@ -142,7 +132,7 @@ def test_every_bound_key_then_quit(healthy_lab, all_transports, tmp_path, monkey
     """Deterministically: each bound key (the mutating ones too), Escape after each, and
     q at the end; then the same audit, with the doctor run (d) among them."""
     monkeypatch.chdir(tmp_path)
-    before = containers(healthy_lab)
+    before = healthy_lab.containers()
     keys = []
     for k in BOUND:
         keys += [k, PAUSE, "escape"]
@@ -152,7 +142,7 @@ def test_every_bound_key_then_quit(healthy_lab, all_transports, tmp_path, monkey
           f"{STATS['commands']} commands recorded ({STATS['refused']} refused), "
           f"0 mutating sent; bound keys: {len(records)} commands")
     assert records and mutating_sent(records) == []
-    assert containers(healthy_lab) == before
+    assert healthy_lab.containers() == before
     assert not app.is_running and seen["running_action"] in (None, "doctor")
 
 
@@ -165,7 +155,7 @@ def test_every_action_asked_directly_in_read_only(healthy_lab, all_transports, t
     from sparktui.tui import actions as registry
 
     monkeypatch.chdir(tmp_path)
-    before = containers(healthy_lab)
+    before = healthy_lab.containers()
     cfg = lab_config(healthy_lab)
     cfg.vllm.model = "facebook/opt-125m"  # serve can be planned, so it is refused, not unplanned
     outcomes = {}
@@ -191,7 +181,7 @@ def test_every_action_asked_directly_in_read_only(healthy_lab, all_transports, t
     for name in ("teardown", "restart", "serve"):
         assert not outcomes[name].ok and "read-only" in outcomes[name].summary, outcomes[name]
     assert "error(s)" in outcomes["doctor"].summary
-    assert containers(healthy_lab) == before
+    assert healthy_lab.containers() == before
 
 
 @pytest.mark.lab
