@@ -12,6 +12,8 @@ into the node's file (through /proc/<node init>/root, no process in between) and
 * the app: a wrapper around this LogView's `add_lines` stamps CLOCK_MONOTONIC when the batch
   holding the line has been applied (the pane holds it); the next compositor refresh after
   it is stamped too (`call_after_refresh`) and reported in the note;
+* a stage, reported on its own row: the SSH channel's data with the line reaches the
+  follower inside the app (node-side reader, network, asyncssh), before any app work;
 * the reference: a separate small Python process (so the app's event loop and GIL cannot
   delay it) reads the ssh client's stdout and stamps CLOCK_MONOTONIC when the chunk with
   the line arrives.
@@ -94,7 +96,7 @@ async def _measure(lab, cfg, n_lines: int) -> dict:
     host_file.parent.mkdir(parents=True, exist_ok=True)
     host_file.write_text("INFO bench: log latency run starts\n")
     nonce = f"{os.getpid()}-{time.monotonic_ns() % 10**9}"
-    app_seen, app_drawn, ref_seen = _Seen(), _Seen(), _Seen()
+    app_seen, app_drawn, ref_seen, chunk_seen = _Seen(), _Seen(), _Seen(), _Seen()
 
     ref = await asyncio.create_subprocess_exec(
         sys.executable, "-c", READER, f"{MARK} {nonce}",
@@ -109,6 +111,17 @@ async def _measure(lab, cfg, n_lines: int) -> dict:
             ref_seen.set(int(num), int(t))
 
     ref_task = asyncio.ensure_future(read_ref())
+    # a stage on the way: the SSH channel's data reaches the follower (asyncssh, in the app)
+    from sparktui.core import logs
+    handle = logs.FileFollower._handle
+
+    async def stamped(self, chunk: bytes) -> None:
+        t = time.monotonic_ns()
+        for num in _numbers([chunk.decode("utf-8", "replace")], nonce):
+            chunk_seen.set(num, t)
+        await handle(self, chunk)
+
+    logs.FileFollower._handle = stamped
     app = SparkApp(LiveBackend(cfg))
     fd = os.open(host_file, os.O_WRONLY | os.O_APPEND)
     try:
@@ -163,6 +176,7 @@ async def _measure(lab, cfg, n_lines: int) -> dict:
                     lost += 1
             await pilot.pause(0.1)
     finally:
+        logs.FileFollower._handle = handle
         os.close(fd)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(ref.pid, signal.SIGTERM)
@@ -173,6 +187,7 @@ async def _measure(lab, cfg, n_lines: int) -> dict:
         "app": [(app_seen.at[n] - t0s[n]) / 1e9 for n in ok],
         "drawn": [(app_drawn.at[n] - t0s[n]) / 1e9 for n in ok if n in app_drawn.at],
         "ref": [(ref_seen.at[n] - t0s[n]) / 1e9 for n in ok],
+        "chunk": [(chunk_seen.at[n] - t0s[n]) / 1e9 for n in ok if n in chunk_seen.at],
         "lost": lost,
     }
 
@@ -207,7 +222,12 @@ def run(quick: bool) -> list[Row]:
                     "ssh head tail -F (same lines)", statistics.median(ref), 1.2, note=note)
     if f["lost"]:
         row.ok = False
-    return [row]
+    # where the time goes, reported only: the line as the SSH channel hands it to the
+    # follower inside the app (node-side reader + network + asyncssh), before any app work
+    stage = Row("  of which: at the follower (asyncssh channel data)",
+                statistics.median(f["chunk"]), "s", "ssh head tail -F (same lines)",
+                statistics.median(ref), note=f"median of {len(f['chunk'])}")
+    return [row, stage]
 
 
 if __name__ == "__main__":  # python -m bench.log_latency_bench [--quick]: raw samples
@@ -218,7 +238,7 @@ if __name__ == "__main__":  # python -m bench.log_latency_bench [--quick]: raw s
         res = figures(x, 25 if "--quick" in sys.argv else 50)
     finally:
         labmod.down(x)
-    for k in ("app", "drawn", "ref"):
+    for k in ("chunk", "app", "drawn", "ref"):
         v = sorted(res[k])
         print(k, f"median {statistics.median(v) * 1000:.2f} ms",
               " ".join(f"{s * 1000:.1f}" for s in v))

@@ -30,6 +30,10 @@ class ConfigError(Exception):
         super().__init__(f"{file}:{line if line else 1}: {message}")
 
 
+DEFAULT_CIPHERS = "^aes128-gcm@openssh.com,aes256-gcm@openssh.com"
+CIPHERS_RE = re.compile(r"[+^-]?[A-Za-z0-9@._*?-]+(,[A-Za-z0-9@._*?-]+)*")
+
+
 @dataclass
 class SshSettings:
     user: str | None = None
@@ -40,6 +44,10 @@ class SshSettings:
     strict_host_key_checking: bool = True
     connect_timeout: float = 5.0
     keepalive_interval: float = 10.0
+    # OpenSSH `Ciphers` syntax. AES-GCM first by default: asyncssh's ChaCha20-Poly1305 costs
+    # ~0.1-0.3 ms more per packet, which every followed log line pays. None: leave the
+    # choice to ~/.ssh/config (Ciphers) and asyncssh's defaults.
+    ciphers: str | None = DEFAULT_CIPHERS
 
 
 @dataclass
@@ -290,7 +298,7 @@ class _Reader:
 
 
 SSH_KEYS = ("user", "identity_file", "known_hosts", "port", "config_file",
-            "strict_host_key_checking", "connect_timeout", "keepalive_interval")
+            "strict_host_key_checking", "connect_timeout", "keepalive_interval", "ciphers")
 
 
 def _ssh(r: _Reader, node: yaml.Node, base: SshSettings, what: str) -> SshSettings:
@@ -303,6 +311,11 @@ def _ssh(r: _Reader, node: yaml.Node, base: SshSettings, what: str) -> SshSettin
             s.strict_host_key_checking = r.bool_(v, w)
         elif key in ("connect_timeout", "keepalive_interval"):
             setattr(s, key, r.float_(v, w, 0.1, 3600))
+        elif key == "ciphers":
+            s.ciphers = r.opt_str(v, w) or None
+            if s.ciphers is not None and not CIPHERS_RE.fullmatch(s.ciphers):
+                raise r.fail(v, f"{w}: '{s.ciphers}' is not an OpenSSH cipher list "
+                                "(e.g. aes256-gcm@openssh.com,chacha20-poly1305@openssh.com)")
         else:
             setattr(s, key, r.opt_str(v, w))
     return s

@@ -8,9 +8,10 @@ output into `LogBatch`es (node, first line number, lines, events) for an async c
         scanner.feed_lines(batch.lines)
 
 Files are followed with `tail -F` semantics (rotation: finish the old file, then follow the
-new one from its start; truncation: start again at 0) by a small constant POSIX sh script
-that takes the path and position as positional arguments and frames what it sends:
-length-prefixed data blocks tagged with the file's inode and byte offset. The follower
+new one from its start; truncation: start again at 0) by a small constant program on the node
+(`follow_remote`: python3 where it exists, else POSIX sh) that takes the path and position as
+positional arguments and frames what it sends: length-prefixed data blocks tagged with the
+file's inode and byte offset. The follower
 therefore always knows the exact (inode, offset) after the last complete line it delivered;
 when the stream drops (SSH connection lost, remote process killed) it reconnects with
 backoff and resumes from there: no line lost, none repeated. Memory is bounded: data blocks,
@@ -29,71 +30,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from sparktui.core.command import Command, cmd, sh
+from sparktui.core.follow_remote import AUTO, FOLLOW_PY, FOLLOW_SH, MAGIC
 from sparktui.core.transport import Transport, TransportError
 
 log = logging.getLogger(__name__)
 
 RAY_LOG_DIR = "/tmp/ray/session_latest/logs"
 TRUNCATED_MARK = " … [line truncated: {n} more bytes]"
-MAGIC = b"@@SPTUI "
-
-# Follow one file by name with tail -F semantics, framing everything it sends:
-#   @@SPTUI F <inode> <offset>        opened the file, reading from <offset>
-#   @@SPTUI T <inode>                 the file was truncated; reading from 0
-#   @@SPTUI M                         the file does not exist (yet)
-#   @@SPTUI D <inode> <offset> <len>  then exactly <len> bytes of the file, then
-#   @@SPTUI E                         end of that data block
-# Arguments: $1 path, $2 inode to resume ("" = none), $3 offset (-1 = start at the last $4
-# lines; $4 = -1: from the beginning), $5 poll interval (s), $6 maximum block size (bytes),
-# $7 longest event wait (s).
-# Waiting for new data: with GNU tail and timeout, `tail -F` from the current offset blocks
-# in inotify and wakes the loop as soon as the file grows (or is replaced or truncated: tail
-# says so on stderr); it ends when `head -c 1` has its byte (GNU tail >= 8.28 notices the
-# closed pipe at once), or after $7 s at most (timeout ends head, then tail). A wake that
-# changed nothing (a message from tail, no inotify) makes the next wait a plain `sleep $5`,
-# so it cannot spin. Without GNU tail the loop polls every $5 s.
-FOLLOW_SCRIPT = r"""
-p=$1; ino=$2; off=$3; n=$4; iv=$5; max=$6; wt=${7:-2}; open=0; missing=0; ev=0; idle=0
-case $(tail --version 2>/dev/null) in *GNU*) command -v timeout >/dev/null && ev=1 ;; esac
-while :; do
-  if [ "$open" = 0 ]; then
-    if [ -r "$p" ] && command exec 3<"$p" 2>/dev/null; then
-      set -- $(stat -L -c '%i %s' /dev/fd/3 2>/dev/null)
-      fi=$1; fs=$2
-      if [ "$fi" = "$ino" ]; then
-        [ "$fs" -lt "$off" ] && off=0
-      elif [ -z "$ino" ] && [ "$off" -lt 0 ] && [ "$missing" = 0 ]; then
-        if [ "$n" -ge 0 ]; then off=$((fs - $(tail -n "$n" /dev/fd/3 | wc -c))); else off=0; fi
-      else
-        off=0
-      fi
-      ino=$fi; open=1; missing=0
-      printf '@@SPTUI F %s %s\n' "$ino" "$off"
-    else
-      [ "$missing" = 1 ] || printf '@@SPTUI M\n'
-      missing=1; sleep "$iv"; continue
-    fi
-  fi
-  set -- $(stat -L -c '%i %s' /dev/fd/3 "$p" 2>/dev/null)
-  fs=$2; pi=${3:-}
-  if [ "$fs" -lt "$off" ]; then off=0; printf '@@SPTUI T %s\n' "$ino"; fi
-  if [ "$fs" -gt "$off" ]; then
-    len=$((fs - off)); [ "$len" -gt "$max" ] && len=$max
-    printf '@@SPTUI D %s %s %s\n' "$ino" "$off" "$len"
-    tail -c +$((off + 1)) /dev/fd/3 | head -c "$len"
-    printf '@@SPTUI E\n'
-    off=$((off + len)); idle=0
-    continue
-  fi
-  if [ -n "$pi" ] && [ "$pi" != "$ino" ]; then exec 3<&-; open=0; continue; fi
-  if [ "$ev" = 1 ] && [ "$pi" = "$ino" ] && [ "$idle" = 0 ]; then
-    tail -c +$((off + 1)) -F -- "$p" 2>&1 | timeout "$wt" head -c 1 >/dev/null && idle=1
-  else
-    idle=0; sleep "$iv"
-  fi
-done
-"""
-
 # Ray worker logs of one node, newest first: $1 directory, $2 pid or "" (all), $3 how many.
 LIST_WORKER_LOGS = r"""
 cd "$1" 2>/dev/null || exit 0
@@ -316,8 +259,13 @@ class FileFollower(_Follower):
     def __init__(self, transport: Transport, path: str, *, node: str | None = None,
                  container: str | None = None, initial_lines: int = 500,
                  from_start: bool = False, poll_interval: float = 0.3, event_wait: float = 2.0,
-                 max_block: int = 256 * 1024, docker: str = "docker", **kw) -> None:
+                 max_block: int = 256 * 1024, docker: str = "docker", engine: str = "auto",
+                 **kw) -> None:
         super().__init__(transport, node=node, **kw)
+        if engine not in ("auto", "sh"):
+            raise ValueError(f"engine must be 'auto' or 'sh', not {engine!r}")
+        self.engine = engine  # auto: python3 on the node where it exists; sh: the shell loop
+        self._framed = False  # the current stream has sent a valid frame
         self.path = path
         self.container = container
         self.initial_lines = -1 if from_start else max(0, initial_lines)
@@ -342,11 +290,22 @@ class FileFollower(_Follower):
     def _command(self) -> Command:
         args = (self.path, self.inode or "", str(self.offset), str(self.initial_lines),
                 f"{self.poll_interval:g}", str(self.max_block), f"{self.event_wait:g}")
+        script, args = (AUTO, (FOLLOW_PY, *args)) if self.engine == "auto" else (FOLLOW_SH, args)
+        self._framed = False
         if self.container:
-            return cmd(self.docker, "exec", self.container, "sh", "-c", FOLLOW_SCRIPT,
+            return cmd(self.docker, "exec", self.container, "sh", "-c", script,
                        "sparktui-follow", *args, timeout=None,
                        description=f"follow {self.source}")
-        return sh(FOLLOW_SCRIPT, *args, timeout=None, description=f"follow {self.path}")
+        return sh(script, *args, timeout=None, description=f"follow {self.path}")
+
+    def _unframed(self, why: str) -> _Desync:
+        """The stream is not our protocol. Before any frame under `auto`, python3 on the node
+        failed (too old, broken): use the shell loop from now on."""
+        if not self._framed and self.engine == "auto":
+            self.engine = "sh"
+            self._events.append(f"python3 on {self.node} could not follow {self.path} ({why}); "
+                                "following with the shell loop instead")
+        return _Desync(why)
 
     def _on_disconnect(self) -> None:
         super()._on_disconnect()
@@ -368,7 +327,7 @@ class FileFollower(_Follower):
                 nl = self._buf.find(b"\n")
                 if nl < 0:
                     if len(self._buf) > 256:
-                        raise _Desync("header too long")
+                        raise self._unframed("header too long")
                     return
                 header = bytes(self._buf[:nl])
                 del self._buf[:nl + 1]
@@ -396,13 +355,16 @@ class FileFollower(_Follower):
 
     def _header(self, header: bytes) -> None:
         if not header.startswith(MAGIC):
-            raise _Desync(f"unexpected output {header[:60]!r}")
+            raise self._unframed(f"unexpected output {header[:60]!r}")
         parts = header[len(MAGIC):].decode("ascii", "replace").split()
         if not parts:
             raise _Desync("empty header")
         kind, args = parts[0], parts[1:]
+        self._framed = True
         try:
-            if kind == "D" and len(args) == 3:
+            if kind == "H" and not args:
+                pass  # the shell loop's idle heartbeat
+            elif kind == "D" and len(args) == 3:
                 self._block = (args[0], int(args[1]), int(args[2]))
                 if not 0 <= self._block[2] <= self.max_block:
                     raise _Desync("bad block length")

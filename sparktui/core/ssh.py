@@ -76,6 +76,8 @@ class SshTransport(Transport):
             opts["client_keys"] = [s.identity_file]
         if s.config_file:
             opts["config"] = [s.config_file]
+        if s.ciphers:
+            opts["encryption_algs"] = s.ciphers
         if not s.strict_host_key_checking:
             opts["known_hosts"] = None  # the config says so explicitly
         elif s.known_hosts:

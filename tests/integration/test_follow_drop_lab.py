@@ -214,6 +214,17 @@ def test_follow_resumes_after_drops_with_nothing_lost_or_repeated(healthy_lab, r
                 writer.kill()
         lab.exec(head, ["rm", "-rf", work], check=False)
 
+    # nothing of ours is left following on the node: every dropped session's reader ended
+    # by itself once its SSH channel was gone (no signal reaches it from sshd)
+    deadline = time.monotonic() + 30
+    while True:
+        left = [a for a in lab.exec(head, ["ps", "-eo", "args"]).stdout.splitlines()
+                if cfg.vllm.log in a]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert left == [], left
+
     n, rec, drops = res["n"], res["rec"], res["drops"]
     numbers = [int(ln.split(" ", 1)[0]) for ln in rec.lines]
     lost = sorted(set(range(1, n + 1)) - set(numbers))

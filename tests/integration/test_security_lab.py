@@ -166,3 +166,26 @@ def test_the_canary_check_can_fail(healthy_lab):
     finally:
         nodemod.exec_(n, ["rm", "-f", CANARY], check=False)
     assert _canary_anywhere(healthy_lab) == []
+
+
+@pytest.mark.parametrize("ciphers, expected", [
+    ("default", "aes128-gcm@openssh.com"),  # sparktui's default: AES-GCM first
+    ("chacha20-poly1305@openssh.com", "chacha20-poly1305@openssh.com"),
+    (None, "chacha20-poly1305@openssh.com"),  # no preference: the library's own first choice
+])
+def test_the_configured_cipher_is_the_one_negotiated(healthy_lab, tmp_path, ciphers, expected):
+    path = (Path(healthy_lab.config_path) if ciphers == "default"
+            else _with_ssh(healthy_lab, tmp_path, ciphers=ciphers))
+    cfg = config.load(str(path))
+
+    async def go() -> tuple[str, str]:
+        t = SshTransport(cfg.head)
+        try:
+            r = await t.run(Command(("true",)))
+            assert r.ok
+            assert t._conn is not None
+            return t._conn.get_extra_info("recv_cipher"), t._conn.get_extra_info("send_cipher")
+        finally:
+            await t.close()
+
+    assert asyncio.run(go()) == (expected, expected)

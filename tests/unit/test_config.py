@@ -48,6 +48,7 @@ EXPECTED = {
     "bad_node_name": (2, "use letters, digits"),
     "refresh_zero": (1, "between 0.2 and 3600"),
     "ssh_not_map": (1, "ssh must be a mapping"),
+    "bad_ciphers": (1, "not an OpenSSH cipher list"),
     "not_utf8": (1, "not UTF-8"),
 }
 
@@ -118,6 +119,18 @@ def test_expansion_overrides_and_defaults(tmp_path, monkeypatch):
     assert b.container.env == {"NCCL_SOCKET_IFNAME": "enp1s0f0np0", "GLOO_SOCKET_IFNAME": "eth9"}
     assert a.container.env == {"NCCL_SOCKET_IFNAME": "enp1s0f0np0"}
     assert b.container.name == "ray" and cfg.vllm.port == 8000 and cfg.ray.port == 6379
+
+
+def test_ssh_ciphers_default_override_and_null(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("nodes:\n  - {name: a, host: h}\n")
+    assert config.load(str(p)).nodes[0].ssh.ciphers == config.DEFAULT_CIPHERS
+    p.write_text("ssh: {ciphers: chacha20-poly1305@openssh.com}\n"
+                 "nodes:\n  - {name: a, host: h, role: head}\n"
+                 "  - {name: b, host: i, role: worker, ssh: {ciphers: null}}\n")
+    a, b = config.load(str(p)).nodes
+    assert a.ssh.ciphers == "chacha20-poly1305@openssh.com"
+    assert b.ssh.ciphers is None  # ~/.ssh/config and asyncssh choose
 
 
 def test_single_node_becomes_head(tmp_path):

@@ -26,6 +26,12 @@ from sparktui.core.transport import LocalTransport, TransportError
 FAST = {"poll_interval": 0.05, "backoff": (0.05, 0.2)}
 
 
+@pytest.fixture(params=["auto", "sh"])
+def engine(request) -> str:
+    """Every FileFollower test runs with both node-side engines (python3 and the sh loop)."""
+    return request.param
+
+
 @pytest.fixture(autouse=True)
 async def _reap_subprocesses():
     """Collect finished subprocess transports while the test's event loop still runs."""
@@ -64,10 +70,10 @@ def events_of(batches: list[LogBatch]) -> list[str]:
     return [e for b in batches for e in b.events]
 
 
-async def test_initial_lines_then_appends_rotation_and_truncation(tmp_path):
+async def test_initial_lines_then_appends_rotation_and_truncation(tmp_path, engine):
     p = tmp_path / "vllm.log"
     p.write_text("".join(f"old {i}\n" for i in range(10)))
-    f = FileFollower(LocalTransport("spark-1"), str(p), initial_lines=3, **FAST)
+    f = FileFollower(LocalTransport("spark-1"), str(p), initial_lines=3, engine=engine, **FAST)
 
     seen: list[str] = []
 
@@ -108,9 +114,9 @@ async def test_initial_lines_then_appends_rotation_and_truncation(tmp_path):
         n += len(b.lines)
 
 
-async def test_missing_file_is_waited_for_and_read_from_its_start(tmp_path):
+async def test_missing_file_is_waited_for_and_read_from_its_start(tmp_path, engine):
     p = tmp_path / "later.log"
-    f = FileFollower(LocalTransport("n"), str(p), initial_lines=1, **FAST)
+    f = FileFollower(LocalTransport("n"), str(p), initial_lines=1, engine=engine, **FAST)
 
     async def writer() -> None:
         await asyncio.sleep(0.3)
@@ -123,10 +129,10 @@ async def test_missing_file_is_waited_for_and_read_from_its_start(tmp_path):
     assert any("does not exist" in e for e in events_of(batches))
 
 
-async def test_long_lines_are_cut_and_bad_utf8_replaced(tmp_path):
+async def test_long_lines_are_cut_and_bad_utf8_replaced(tmp_path, engine):
     p = tmp_path / "x.log"
     p.write_bytes(b"\xff\xfebad\n" + b"L" * 300_000 + b"\nshort\n")
-    f = FileFollower(LocalTransport("n"), str(p), from_start=True, max_line=1000, **FAST)
+    f = FileFollower(LocalTransport("n"), str(p), from_start=True, max_line=1000, engine=engine, **FAST)
     batches = await collect(f, lambda lines, _: "short" in lines)
     got = lines_of(batches)
     assert got[0] == "\ufffd\ufffdbad"
@@ -135,7 +141,8 @@ async def test_long_lines_are_cut_and_bad_utf8_replaced(tmp_path):
 
 
 def _pids_following(path: Path) -> list[int]:
-    """Our follow scripts (sh -c FOLLOW_SCRIPT sh <path> ...): found by their unique path."""
+    """Our node-side followers (`sh -c SCRIPT name <path> ...` or
+    `python3 -I -S -c PROGRAM <path> ...`): found by their unique path."""
     out = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -144,7 +151,7 @@ def _pids_following(path: Path) -> list[int]:
             argv = (d / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if len(argv) > 4 and argv[0] == b"sh" and argv[1] == b"-c" and argv[4] == bytes(path):
+        if argv[0] in (b"sh", b"python3") and bytes(path) in argv[3:6]:
             out.append(int(d.name))
     return out
 
@@ -173,11 +180,11 @@ def _check_sequence(lines: list[str], total: int) -> None:
         f"repeated {[n for n in set(numbers) if numbers.count(n) > 1][:5]}")
 
 
-async def test_killing_the_remote_follower_loses_and_repeats_nothing(tmp_path):
+async def test_killing_the_remote_follower_loses_and_repeats_nothing(tmp_path, engine):
     p = tmp_path / "numbered.log"
     p.write_text("")
     total = 6000
-    f = FileFollower(LocalTransport("n"), str(p), from_start=True, **FAST)
+    f = FileFollower(LocalTransport("n"), str(p), from_start=True, engine=engine, **FAST)
     kills = 0
 
     async def killer() -> None:
@@ -222,12 +229,12 @@ class FlakyTransport(LocalTransport):
             await gen.aclose()
 
 
-async def test_dropped_connection_mid_frame_resumes_exactly(tmp_path):
+async def test_dropped_connection_mid_frame_resumes_exactly(tmp_path, engine):
     p = tmp_path / "numbered.log"
     p.write_text("")
     total = 4000
     t = FlakyTransport("spark-2")
-    f = FileFollower(t, str(p), from_start=True, max_block=4096, **FAST)
+    f = FileFollower(t, str(p), from_start=True, max_block=4096, engine=engine, **FAST)
     w = asyncio.create_task(_numbered_writer(p, total, burst=100))
     batches = await collect(f, lambda lines, _: len(lines) >= total, timeout=60)
     await w
@@ -236,36 +243,36 @@ async def test_dropped_connection_mid_frame_resumes_exactly(tmp_path):
     assert all(b.node == "spark-2" for b in batches)
 
 
-async def test_position_resumes_a_new_follower_where_the_old_one_stopped(tmp_path):
+async def test_position_resumes_a_new_follower_where_the_old_one_stopped(tmp_path, engine):
     p = tmp_path / "a.log"
     p.write_text("".join(f"l{i}\n" for i in range(5)))
-    f1 = FileFollower(LocalTransport("n"), str(p), from_start=True, **FAST)
+    f1 = FileFollower(LocalTransport("n"), str(p), from_start=True, engine=engine, **FAST)
     await collect(f1, lambda lines, _: len(lines) >= 5)
     ino, off = f1.position
     assert (ino, off) == (str(p.stat().st_ino), p.stat().st_size)
     with open(p, "a") as fh:
         fh.write("l5\nl6\n")
-    f2 = FileFollower(LocalTransport("n"), str(p), **FAST)
+    f2 = FileFollower(LocalTransport("n"), str(p), engine=engine, **FAST)
     f2.inode, f2.offset = ino, off
     batches = await collect(f2, lambda lines, _: len(lines) >= 2)
     assert lines_of(batches) == ["l5", "l6"]
 
 
-async def test_batches_are_bounded(tmp_path):
+async def test_batches_are_bounded(tmp_path, engine):
     p = tmp_path / "big.log"
     p.write_text("".join(f"{i}\n" for i in range(5000)))
     f = FileFollower(LocalTransport("n"), str(p), from_start=True, max_batch_lines=300,
-                     queue_size=2, **FAST)
+                     queue_size=2, engine=engine, **FAST)
     batches = await collect(f, lambda lines, _: len(lines) >= 5000)
     assert max(len(b.lines) for b in batches) <= 300
     assert lines_of(batches) == [str(i) for i in range(5000)]
     assert f._queue.maxsize == 2
 
 
-async def test_callback_api_and_stop(tmp_path):
+async def test_callback_api_and_stop(tmp_path, engine):
     p = tmp_path / "c.log"
     p.write_text("one\ntwo\n")
-    f = FileFollower(LocalTransport("n"), str(p), **FAST)
+    f = FileFollower(LocalTransport("n"), str(p), engine=engine, **FAST)
     seen: list[str] = []
 
     async def cb(batch: LogBatch) -> None:
@@ -279,12 +286,12 @@ async def test_callback_api_and_stop(tmp_path):
     assert _pids_following(p) == []       # the remote command ended with the follower
 
 
-async def test_merge_tags_batches_with_their_node(tmp_path):
+async def test_merge_tags_batches_with_their_node(tmp_path, engine):
     a, b = tmp_path / "a.log", tmp_path / "b.log"
     a.write_text("from a\n")
     b.write_text("from b\n")
-    fa = FileFollower(LocalTransport("spark-1"), str(a), **FAST)
-    fb = FileFollower(LocalTransport("spark-2"), str(b), **FAST)
+    fa = FileFollower(LocalTransport("spark-1"), str(a), engine=engine, **FAST)
+    fb = FileFollower(LocalTransport("spark-2"), str(b), engine=engine, **FAST)
     got: dict[str, list[str]] = {}
 
     async def run() -> None:
@@ -311,6 +318,63 @@ async def test_ray_worker_logs_lists_newest_first(tmp_path):
     assert await ray_worker_logs(t, log_dir=str(d), pid="442", limit=1) == [
         str(d / "worker-bb-01-442.out")]
 
+
+
+async def test_the_node_side_follower_ends_once_its_reader_is_gone(tmp_path, engine):
+    """A dropped SSH channel closes the remote stdout without a signal: the program on the
+    node must notice and end by itself, never linger there (python3: POLLERR on stdout at
+    once; sh: its idle heartbeat hits SIGPIPE within one event wait)."""
+    p = tmp_path / "idle.log"
+    p.write_text("only line\n")
+    f = FileFollower(LocalTransport("n"), str(p), event_wait=0.5, engine=engine, **FAST)
+    argv = f._command().argv
+    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.STDOUT)
+    try:
+        assert proc.stdout is not None
+        first = await asyncio.wait_for(proc.stdout.readline(), 10)
+        assert first.startswith(b"@@SPTUI F "), first
+        await asyncio.sleep(0.3)  # idle now: waiting for the file to grow
+        assert proc.returncode is None
+        proc._transport.get_pipe_transport(1).close()  # the reader goes away, no signal
+        await asyncio.wait_for(proc.wait(), 10)
+        assert _pids_following(p) == []
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_a_node_whose_python3_fails_is_followed_by_the_shell_loop(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    broken = bin_dir / "python3"  # what an unusable interpreter prints instead of frames
+    broken.write_text("#!/bin/sh\necho 'python3: error while loading shared libraries' >&2\n"
+                      "exit 127\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    p = tmp_path / "vllm.log"
+    p.write_text("one\ntwo\n")
+    f = FileFollower(LocalTransport("spark-1"), str(p), from_start=True, **FAST)
+    assert f.engine == "auto"
+
+    async def append() -> None:
+        await asyncio.sleep(0.5)
+        with open(p, "a") as fh:
+            fh.write("three\n")
+
+    w = asyncio.create_task(append())
+    batches = await collect(f, lambda lines, _: "three" in lines)
+    await w
+    assert lines_of(batches) == ["one", "two", "three"]
+    assert f.engine == "sh"
+    assert any("python3 on spark-1 could not follow" in e and "shell loop" in e
+               for e in events_of(batches))
+
+
+def test_an_unknown_engine_is_refused():
+    with pytest.raises(ValueError, match="engine"):
+        FileFollower(LocalTransport("n"), "/tmp/x.log", engine="perl")
 
 # --- docker logs -f ------------------------------------------------------------------------
 

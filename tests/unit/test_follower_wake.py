@@ -1,4 +1,5 @@
-"""The follow script waits for new data in inotify (GNU tail), not by polling."""
+"""Both node-side engines wait for new data in inotify (python3; sh with GNU tail), not by
+polling."""
 
 from __future__ import annotations
 
@@ -23,11 +24,13 @@ def _gnu_tail() -> bool:
 pytestmark = pytest.mark.skipif(not _gnu_tail(), reason="needs GNU tail and timeout")
 
 
-async def test_a_line_arrives_long_before_the_poll_interval(tmp_path):
+@pytest.mark.parametrize("engine", ["auto", "sh"])
+async def test_a_line_arrives_long_before_the_poll_interval(tmp_path, engine):
     log = tmp_path / "vllm.log"
     log.write_text("first\n")
     # polling every 30 s could not deliver the lines below within the test's time
-    f = FileFollower(LocalTransport("local"), str(log), poll_interval=30, event_wait=30)
+    f = FileFollower(LocalTransport("local"), str(log), poll_interval=30, event_wait=30,
+                     engine=engine)
     got: list[tuple[float, str]] = []
 
     async def follow() -> None:

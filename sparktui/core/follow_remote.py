@@ -1,0 +1,253 @@
+"""The programs a FileFollower runs on the node: one protocol, two engines.
+
+Both follow one file by name with `tail -F` semantics and frame everything they send:
+
+    @@SPTUI F <inode> <offset>        opened the file, reading from <offset>
+    @@SPTUI T <inode>                 the file was truncated; reading from 0
+    @@SPTUI M                         the file does not exist (yet)
+    @@SPTUI D <inode> <offset> <len>  then exactly <len> bytes of the file, then
+    @@SPTUI E                         end of that data block
+    @@SPTUI H                         heartbeat while idle (sh engine: ends it once unread)
+
+Arguments: $1 path, $2 inode to resume ("" = none), $3 offset (-1 = start at the last $4
+lines; $4 = -1: from the beginning), $5 poll interval (s), $6 maximum block size (bytes),
+$7 longest event wait (s).
+
+`FOLLOW_PY` (python3, any 3.6+, standard library only) stays resident: it sleeps in inotify
+(the file and its directory), reads with pread and sends each block with one write, so a
+line appended on the node is on the wire within microseconds, as with `tail -F`. It ends as
+soon as its reader is gone (POLLERR/POLLHUP on stdout), never lingering on the node.
+
+`FOLLOW_SH` is the POSIX sh fallback for nodes without python3: with GNU tail and timeout
+it wakes on inotify through `tail -F | timeout head -c 1` (a few processes per wake, a few
+ms), otherwise it polls every $5 s. Its idle heartbeat ends it (SIGPIPE) once the reader
+is gone.
+
+`AUTO` runs FOLLOW_PY when python3 exists, else FOLLOW_SH; the client runs FOLLOW_SH
+itself when asked to (engine "sh") or when python3 failed before its first frame.
+"""
+
+from __future__ import annotations
+
+MAGIC = b"@@SPTUI "
+
+FOLLOW_SH = r"""
+p=$1; ino=$2; off=$3; n=$4; iv=$5; max=$6; wt=${7:-2}; open=0; missing=0; ev=0; idle=0
+case $(tail --version 2>/dev/null) in *GNU*) command -v timeout >/dev/null && ev=1 ;; esac
+while :; do
+  if [ "$open" = 0 ]; then
+    if [ -r "$p" ] && command exec 3<"$p" 2>/dev/null; then
+      set -- $(stat -L -c '%i %s' /dev/fd/3 2>/dev/null)
+      fi=$1; fs=$2
+      if [ "$fi" = "$ino" ]; then
+        [ "$fs" -lt "$off" ] && off=0
+      elif [ -z "$ino" ] && [ "$off" -lt 0 ] && [ "$missing" = 0 ]; then
+        if [ "$n" -ge 0 ]; then off=$((fs - $(tail -n "$n" /dev/fd/3 | wc -c))); else off=0; fi
+      else
+        off=0
+      fi
+      ino=$fi; open=1; missing=0
+      printf '@@SPTUI F %s %s\n' "$ino" "$off" || exit 0
+    else
+      [ "$missing" = 1 ] || printf '@@SPTUI M\n' || exit 0
+      missing=1; sleep "$iv"; continue
+    fi
+  fi
+  set -- $(stat -L -c '%i %s' /dev/fd/3 "$p" 2>/dev/null)
+  fs=$2; pi=${3:-}
+  if [ "$fs" -lt "$off" ]; then off=0; printf '@@SPTUI T %s\n' "$ino" || exit 0; fi
+  if [ "$fs" -gt "$off" ]; then
+    len=$((fs - off)); [ "$len" -gt "$max" ] && len=$max
+    printf '@@SPTUI D %s %s %s\n' "$ino" "$off" "$len" || exit 0
+    tail -c +$((off + 1)) /dev/fd/3 | head -c "$len"
+    printf '@@SPTUI E\n' || exit 0
+    off=$((off + len)); idle=0
+    continue
+  fi
+  if [ -n "$pi" ] && [ "$pi" != "$ino" ]; then exec 3<&-; open=0; continue; fi
+  if [ "$ev" = 1 ] && [ "$pi" = "$ino" ] && [ "$idle" = 0 ]; then
+    tail -c +$((off + 1)) -F -- "$p" 2>&1 | timeout "$wt" head -c 1 >/dev/null && idle=1
+  else
+    idle=0; sleep "$iv"
+  fi
+  [ "$idle" = 1 ] || printf '@@SPTUI H\n' || exit 0
+done
+"""
+
+FOLLOW_PY = r"""
+import os, select, struct, sys
+
+M = b"@@SPTUI "
+IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x2, 0x4, 0x8
+IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
+IN_DELETE_SELF, IN_MOVE_SELF, IN_Q_OVERFLOW, IN_IGNORED = 0x400, 0x800, 0x4000, 0x8000
+FILE_MASK = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF
+DIR_MASK = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE
+            | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF)
+
+
+def put(b):
+    while b:
+        b = b[os.write(1, b):]
+
+
+class Watch:
+    # inotify on the file and its directory (ctypes; without it: plain timeouts = polling)
+    def __init__(self, path):
+        self.path = os.fsencode(path)
+        self.dir = os.path.dirname(self.path) or b"."
+        self.name = os.path.basename(self.path)
+        self.ifd = self.dwd = self.fwd = -1
+        try:
+            import ctypes
+            self.libc = ctypes.CDLL(None, use_errno=True)
+            self.ifd = self.libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        except Exception:
+            self.ifd = -1
+        self.poll = select.poll()
+        self.poll.register(1, 0)  # POLLERR / POLLHUP on stdout: the reader is gone
+        if self.ifd >= 0:
+            self.poll.register(self.ifd, select.POLLIN)
+            self.add_dir()
+
+    @property
+    def live(self):
+        return self.ifd >= 0 and self.dwd >= 0
+
+    def add_dir(self):
+        self.dwd = self.libc.inotify_add_watch(self.ifd, self.dir, DIR_MASK)
+
+    def add_file(self):
+        if self.ifd < 0:
+            return
+        if self.fwd >= 0:
+            self.libc.inotify_rm_watch(self.ifd, self.fwd)
+        self.fwd = self.libc.inotify_add_watch(self.ifd, self.path, FILE_MASK)
+
+    def wait(self, timeout):
+        # until an event about the file (or the deadline); False: the reader is gone
+        if self.ifd >= 0 and self.dwd < 0:
+            self.add_dir()
+        deadline = monotonic() + timeout
+        while True:
+            left = deadline - monotonic()
+            if left <= 0:
+                return True
+            for fd, ev in self.poll.poll(left * 1000):
+                if fd == 1:
+                    return False
+            if self.ifd >= 0 and self.drain():
+                return True
+
+    def drain(self):
+        hit = False
+        while True:
+            try:
+                buf = os.read(self.ifd, 65536)
+            except BlockingIOError:
+                return hit
+            i = 0
+            while i + 16 <= len(buf):
+                wd, mask, _cookie, n = struct.unpack_from("iIII", buf, i)
+                name = buf[i + 16:i + 16 + n].rstrip(b"\0")
+                i += 16 + n
+                if mask & IN_Q_OVERFLOW or wd == self.fwd:
+                    hit = True
+                elif wd == self.dwd:
+                    if mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED):
+                        self.dwd = -1
+                        hit = True
+                    elif name == self.name:
+                        hit = True
+
+
+def monotonic():
+    import time
+    return time.monotonic()
+
+
+def start_of_last_lines(fd, size, n):
+    # the offset `tail -n N` starts at: after the Nth newline before the last line's end
+    if n == 0 or size == 0:
+        return size
+    end = size - 1 if os.pread(fd, 1, size - 1) == b"\n" else size
+    pos, count = end, 0
+    while pos > 0:
+        step = min(65536, pos)
+        pos -= step
+        chunk = os.pread(fd, step, pos)
+        i = len(chunk)
+        while True:
+            i = chunk.rfind(b"\n", 0, i)
+            if i < 0:
+                break
+            count += 1
+            if count == n:
+                return pos + i + 1
+    return 0
+
+
+def main(argv):
+    path, ino, off, n = argv[0], argv[1], int(argv[2]), int(argv[3])
+    poll_iv, most, wait_s = float(argv[4]), int(argv[5]), float(argv[6])
+    watch = Watch(path)
+    fd, missing = None, False
+    while True:
+        if fd is None:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+                st = os.fstat(fd)
+            except OSError:
+                if fd is not None:
+                    os.close(fd)
+                fd = None
+                if not missing:
+                    put(M + b"M\n")
+                missing = True
+                if not watch.wait(poll_iv if not watch.live else wait_s):
+                    return
+                continue
+            fi, fs = str(st.st_ino), st.st_size
+            if fi == ino:
+                if fs < off:
+                    off = 0
+            elif not ino and off < 0 and not missing:
+                off = start_of_last_lines(fd, fs, n) if n >= 0 else 0
+            else:
+                off = 0
+            ino, missing = fi, False
+            watch.add_file()
+            put(M + ("F %s %d\n" % (ino, off)).encode())
+        fs = os.fstat(fd).st_size
+        try:
+            now = str(os.stat(path).st_ino)
+        except OSError:
+            now = ""
+        if fs < off:
+            off = 0
+            put(M + ("T %s\n" % ino).encode())
+        if fs > off:
+            data = os.pread(fd, min(fs - off, most), off)
+            if data:
+                put(M + ("D %s %d %d\n" % (ino, off, len(data))).encode() + data + M + b"E\n")
+                off += len(data)
+                continue
+        if now and now != ino:
+            os.close(fd)
+            fd = None
+            continue
+        if not watch.wait(wait_s if watch.live else poll_iv):
+            return
+
+
+try:
+    main(sys.argv[1:])
+except (BrokenPipeError, KeyboardInterrupt):
+    pass
+"""
+
+# `sh -c AUTO name FOLLOW_PY <arguments>`: the python engine where python3 exists, else sh.
+AUTO = (r"""
+py=$1; shift
+if command -v python3 >/dev/null 2>&1; then exec python3 -I -S -c "$py" "$@"; fi
+""" + FOLLOW_SH)
