@@ -86,7 +86,7 @@ def _numbers(lines, nonce: str):
             yield int(ln[i + len(key):].split()[0])
 
 
-async def _measure(lab, cfg, n_lines: int) -> dict:
+async def _measure(lab, cfg, n_lines: int, shared: bool = False) -> dict:
     from sparktui.tui.app import SparkApp
     from sparktui.tui.live import LiveBackend
 
@@ -95,12 +95,19 @@ async def _measure(lab, cfg, n_lines: int) -> dict:
     host_file = lab.host_path(head, path)
     host_file.parent.mkdir(parents=True, exist_ok=True)
     host_file.write_text("INFO bench: log latency run starts\n")
+    # A/B (default): the reference follows a sibling file, and each round writes one line to
+    # each file, in random order, one at a time: every line wakes only its own observer, so
+    # the two pipelines never compete for the CPU over the same line. shared: one line, both
+    # observers at once (on a 2-core machine whichever is scheduled last pays for the other).
+    ref_path = path if shared else f"{path}.bench-ref"
+    ref_file = host_file if shared else lab.host_path(head, ref_path)
+    ref_file.write_text("")
     nonce = f"{os.getpid()}-{time.monotonic_ns() % 10**9}"
     app_seen, app_drawn, ref_seen, chunk_seen = _Seen(), _Seen(), _Seen(), _Seen()
 
     ref = await asyncio.create_subprocess_exec(
         sys.executable, "-c", READER, f"{MARK} {nonce}",
-        *lab.ssh_argv(head, "tail", "-n0", "-F", shlex.quote(path)),
+        *lab.ssh_argv(head, "tail", "-n0", "-F", shlex.quote(ref_path)),
         stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL,
         start_new_session=True)  # its own process group: the ssh client goes with it
 
@@ -124,6 +131,7 @@ async def _measure(lab, cfg, n_lines: int) -> dict:
     logs.FileFollower._handle = stamped
     app = SparkApp(LiveBackend(cfg))
     fd = os.open(host_file, os.O_WRONLY | os.O_APPEND)
+    ref_fd = fd if shared else os.open(ref_file, os.O_WRONLY | os.O_APPEND)
     try:
         async with app.run_test(size=(160, 50)) as pilot:
             while True:  # the main screen and its LogView exist once main_ready ran
@@ -145,58 +153,71 @@ async def _measure(lab, cfg, n_lines: int) -> dict:
 
             view.add_lines = add_lines
 
-            def write(num: int) -> int:
+            def write(to, num: int) -> int:
                 line = f"INFO 01-01 00:00:00 [bench.py:1] {MARK} {nonce} {num} end\n"
                 t0 = time.monotonic_ns()
-                os.write(fd, line.encode())
+                os.write(to, line.encode())
                 return t0
 
-            async def both(num: int, timeout: float) -> bool:
+            async def seen(num: int, timeout: float, app_side: bool, ref_side: bool) -> bool:
+                events = [app_seen.event(num), app_drawn.event(num)] if app_side else []
+                waits = [e.wait() for e in events + ([ref_seen.event(num)] if ref_side else [])]
                 try:
-                    await asyncio.wait_for(asyncio.gather(
-                        app_seen.event(num).wait(), ref_seen.event(num).wait(),
-                        app_drawn.event(num).wait()), timeout)
+                    await asyncio.wait_for(asyncio.gather(*waits), timeout)
                     return True
                 except asyncio.TimeoutError:
                     return False
 
+            async def line(num: int, timeout: float) -> dict[str, int]:
+                """Line `num` to each observer (A/B: one at a time, random order)."""
+                if shared:
+                    await asyncio.sleep(random.uniform(0.05, 0.25))
+                    t0 = write(fd, num)
+                    ok = await seen(num, timeout, True, True)
+                    return {"app": t0, "ref": t0} if ok else {}
+                t0s = {}
+                for side in random.sample(["app", "ref"], 2):
+                    await asyncio.sleep(random.uniform(0.05, 0.25))
+                    t0s[side] = write(fd if side == "app" else ref_fd, num)
+                    if not await seen(num, timeout, side == "app", side == "ref"):
+                        return {}
+                return t0s
+
             # warm-up: both followers are running and have delivered a line
             for num in range(-3, 0):
-                write(num)
-                if not await both(num, 60):
+                if not await line(num, 60):
                     raise RuntimeError(f"warm-up line {num} not seen "
                                        f"(app {num in app_seen.at}, ssh tail {num in ref_seen.at})")
-                await asyncio.sleep(0.3)
-            t0s: dict[int, int] = {}
+            t0s: dict[int, dict[str, int]] = {}
             lost = 0
             for num in range(n_lines):
-                await asyncio.sleep(random.uniform(0.05, 0.25))
-                t0s[num] = write(num)
-                if not await both(num, 10):
+                t0s[num] = await line(num, 10)
+                if not t0s[num]:
                     lost += 1
             await pilot.pause(0.1)
     finally:
         logs.FileFollower._handle = handle
         os.close(fd)
+        if ref_fd != fd:
+            os.close(ref_fd)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(ref.pid, signal.SIGTERM)
         await ref.wait()
         ref_task.cancel()
-    ok = [n for n in t0s if n in app_seen.at and n in ref_seen.at]
-    return {
-        "app": [(app_seen.at[n] - t0s[n]) / 1e9 for n in ok],
-        "drawn": [(app_drawn.at[n] - t0s[n]) / 1e9 for n in ok if n in app_drawn.at],
-        "ref": [(ref_seen.at[n] - t0s[n]) / 1e9 for n in ok],
-        "chunk": [(chunk_seen.at[n] - t0s[n]) / 1e9 for n in ok if n in chunk_seen.at],
-        "lost": lost,
-    }
+    ok = [n for n in t0s if t0s[n] and n in app_seen.at and n in ref_seen.at]
+
+    def lat(stamps: _Seen, side: str) -> list[float]:
+        return [(stamps.at[n] - t0s[n][side]) / 1e9 for n in ok if n in stamps.at]
+
+    return {"app": lat(app_seen, "app"), "drawn": lat(app_drawn, "app"),
+            "ref": lat(ref_seen, "ref"), "chunk": lat(chunk_seen, "app"), "lost": lost}
 
 
-def figures(lab, n_lines: int) -> dict:
+def figures(lab, n_lines: int, shared: bool = False) -> dict:
     from sparktui import config
 
     cfg = config.load(str(lab.config_path))
-    return asyncio.run(_measure(lab, cfg, n_lines))
+    return asyncio.run(_measure(lab, cfg, n_lines, shared))
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -230,14 +251,19 @@ def run(quick: bool) -> list[Row]:
     return [row, stage]
 
 
-if __name__ == "__main__":  # python -m bench.log_latency_bench [--quick]: raw samples
+if __name__ == "__main__":
+    # python -m bench.log_latency_bench [--quick] [--shared] [--lab ID]: raw samples
     from tests.lab import lab as labmod
+    from tests.lab.state import Lab
 
-    x = labmod.up(nodes=2, pin="all", owner_pid=os.getpid())
+    own = "--lab" not in sys.argv
+    x = (labmod.up(nodes=2, pin="all", owner_pid=os.getpid()) if own
+         else Lab.load(sys.argv[sys.argv.index("--lab") + 1]))
     try:
-        res = figures(x, 25 if "--quick" in sys.argv else 50)
+        res = figures(x, 25 if "--quick" in sys.argv else 50, "--shared" in sys.argv)
     finally:
-        labmod.down(x)
+        if own:
+            labmod.down(x)
     for k in ("chunk", "app", "drawn", "ref"):
         v = sorted(res[k])
         print(k, f"median {statistics.median(v) * 1000:.2f} ms",
