@@ -19,6 +19,7 @@ from sparktui.core import checks
 from sparktui.core.model import ClusterSnapshot, NodeState, RayView, VllmStatus
 from sparktui.core.probes import script as probe_script
 from sparktui.core.probes.ray import dedupe_by_ip
+from sparktui.core.safe_text import clean_text, sanitize
 from sparktui.core.ssh import transport_for
 from sparktui.core.transport import Transport, TransportError
 
@@ -84,10 +85,10 @@ class Monitor:
         parsed.apply_to(state)
         if ncfg.role == "head":
             if parsed.ray_nodes is not None or parsed.ray_error:
-                self._ray_nodes = dedupe_by_ip(parsed.ray_nodes or [])
-                self._ray_error = parsed.ray_error
+                self._ray_nodes = sanitize(dedupe_by_ip(parsed.ray_nodes or []))
+                self._ray_error = parsed.ray_error and clean_text(parsed.ray_error)
                 self._ray_source = name
-            self._vllm = self._vllm_status(parsed)
+            self._vllm = sanitize(self._vllm_status(parsed))
         return state
 
     def _vllm_status(self, parsed) -> VllmStatus:
@@ -133,7 +134,7 @@ class Monitor:
                     self.states[name].error = f"no answer for {silent:.0f}s"
                 continue
             try:
-                self.states[name] = task.result()
+                self.states[name] = sanitize(task.result())  # node text: terminal-safe
             except (asyncio.TimeoutError, TimeoutError):
                 s = _fresh_state(self.cfg, name)
                 s.error = f"no answer within {self.probe_timeout:g}s"
@@ -141,7 +142,7 @@ class Monitor:
             except Exception as e:  # a probe bug must not take the monitor down
                 s = _fresh_state(self.cfg, name)
                 s.reachable = False
-                s.error = f"probe failed: {type(e).__name__}: {e}"
+                s.error = clean_text(f"probe failed: {type(e).__name__}: {e}")
                 self.states[name] = s
         return self.snapshot()
 

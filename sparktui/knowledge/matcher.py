@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from sparktui.core.safe_text import ANSI_RE
 from sparktui.knowledge.kb import KnowledgeBase, Pattern
 
 try:  # google-re2 is a declared dependency; stay correct (slow) without it
@@ -34,7 +35,6 @@ MAX_TEXT = 2000                  # characters of the line kept in a hit (for dis
 MAX_PARTIAL = 8 << 20            # a "line" longer than this without a newline is cut
 
 # CSI (colours), OSC (titles, links) and two-byte escapes; never across a newline
-ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 ANSI_RE_B = re.compile(ANSI_RE.pattern.encode())
 REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 REPEATED_RE_B = re.compile(rb"[ \t]*\[repeated \d+x across cluster\][ \t]*$")

@@ -73,6 +73,21 @@ async def test_failure_names_step_node_and_tail_and_stops(tmp_path):
     assert ("b", "failed") in [(e.node, e.state) for e in events]
 
 
+async def test_node_output_in_messages_and_events_is_terminal_safe():
+    from sparktui.core.safe_text import CONTROL_RE
+
+    noisy = sh(r"printf 'ok\033]0;title\007\033[2J\n'; printf 'boom\033[31m red\n' >&2; exit 3",
+               mutating=True)
+    plan = Plan("restart", [Stage("start", (Step("b", "start the head", (noisy,)),))])
+    events = []
+    result = await execute(plan, transports("b"), events.append)
+    assert not result.ok and "boom red" in result.message
+    texts = [result.message, result.failed_step.output,
+             *(e.message for e in events), *(e.output for e in events)]
+    assert "ok" in result.failed_step.output
+    assert [t for t in texts if "\x1b" in t or CONTROL_RE.search(t)] == []
+
+
 async def test_wait_polls_until_ready(tmp_path):
     flag = tmp_path / "ready"
     plan = Plan("w", [Stage("wait", (Step(

@@ -99,3 +99,43 @@ def test_tokens_per_second_from_successive_metrics():
     P.vllm = VllmStatus(healthy=True, generation_tokens_total=300.0)
     v = m._vllm_status(P())
     assert 95 < v.tokens_per_s < 105
+
+
+ESCAPES = "\x1b]0;title\x07\x1b[2Jpwned\x9b31m\u202e"
+
+
+def test_hostile_node_text_never_reaches_a_terminal():
+    """Escape sequences planted in what a node answers (an interface name in the container's
+    environment, the container's status, the SSH server's disconnect reason) are gone from
+    the snapshot, and from what `sparktui status` prints."""
+    import io
+
+    from rich.console import Console
+
+    from sparktui.commands import status
+    from sparktui.core.safe_text import CONTROL_RE
+
+    cfg = config.parse(CFG_TEXT, "lab.yaml")
+    head = (PROBE / "lab_head_probe.txt").read_text(errors="replace")
+    head = head.replace("NCCL_SOCKET_IFNAME=enp1s0f0np0",
+                        f"NCCL_SOCKET_IFNAME=enp1s0f0np0{ESCAPES}")
+    head = head.replace('"RunningFor":"9 seconds ago"', '"RunningFor":"9 seconds ago'
+                        + ESCAPES.replace("\x1b", "\\u001b").replace("\x07", "\\u0007") + '"')
+    assert head.count("pwned") == 2
+    m = Monitor(cfg, {"spark-1": Replay("spark-1", head),
+                      "spark-2": Replay("spark-2", "", fail=f"SSH disconnected: {ESCAPES}")})
+    snap = asyncio.run(m.refresh(with_ray=True))
+    spark1, spark2 = snap.nodes
+    assert spark1.env["NCCL_SOCKET_IFNAME"].startswith("enp1s0f0np0pwned")
+    assert not spark2.reachable and "pwned" in spark2.error
+    texts = [spark1.env["NCCL_SOCKET_IFNAME"], spark2.error,
+             *(c.running_for for c in spark1.containers),
+             *(f.message for f in snap.findings)]
+    assert sum("pwned" in t for t in texts) >= 3
+    assert [t for t in texts if CONTROL_RE.search(t) or "\x1b" in t] == []
+
+    out = io.StringIO()
+    status.render(snap, Console(file=out, width=200, color_system=None))
+    printed = out.getvalue()
+    assert "pwned" in printed
+    assert "\x1b" not in printed and not CONTROL_RE.search(printed.replace("\n", ""))

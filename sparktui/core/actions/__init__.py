@@ -194,7 +194,9 @@ async def _diagnose_serve(cfg, transports: dict) -> tuple[list, str]:
             snapshot = await Monitor(cfg, transports).refresh(wait=None, with_ray=True)
         except Exception:
             snapshot = None
-    tail = "\n".join(text.splitlines()[-LOG_TAIL_LINES:])
+    from sparktui.core.safe_text import clean
+
+    tail = "\n".join(clean(ln) for ln in text.splitlines()[-LOG_TAIL_LINES:])
     return diagnose_log_text(text, cfg, snapshot), tail
 
 

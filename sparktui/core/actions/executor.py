@@ -19,6 +19,7 @@ from sparktui.core.actions import audit
 from sparktui.core.actions.plan import Plan, Stage, Step
 from sparktui.core.command import Command, Result
 from sparktui.core.model import Finding
+from sparktui.core.safe_text import clean_text
 from sparktui.core.secrets import mask_argv
 from sparktui.core.transport import ReadOnlyError, Transport, TransportError
 
@@ -133,6 +134,7 @@ class Executor:
     async def _emit(self, r: StepResult, state: StepState, message: str = "",
                     output: str = "", elapsed: float = 0.0) -> None:
         r.state = state
+        message, output = clean_text(message), clean_text(output)  # node text: terminal-safe
         if message:
             r.message = message
         if output:
@@ -336,7 +338,7 @@ class Executor:
 
 def _tail(result: Result, n: int = 15) -> str:
     text = (result.stdout.strip() + "\n" + result.stderr.strip()).strip()
-    return "\n".join(text.splitlines()[-n:])
+    return clean_text("\n".join(text.splitlines()[-n:]))
 
 
 async def execute(plan: Plan, transports: dict[str, Transport],

@@ -27,22 +27,13 @@ from textual.strip import Strip
 from textual.timer import Timer
 from textual.widgets import Input, Static
 
-ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
-# C0 (but tab and newline), DEL and C1: U+0080..U+009F are 8-bit CSI/OSC/DCS to terminals
-CONTROL_RE = re.compile("[\u0000-\u0008\u000b-\u001f\u007f-\u009f]")
+from sparktui.core.safe_text import clean
+
 ERROR_RE = re.compile(r"\b(?:ERROR|CRITICAL|FATAL)\b|Traceback \(most recent call last\)"
                       r"|^\w+(?:Error|Exception): |\bError: ")
 WARNING_RE = re.compile(r"\bWARN(?:ING)?\b")
 HUGE = 2000  # longer lines are shown plain and cut at RENDER_MAX
 RENDER_MAX = 4000
-
-
-def clean(line: str) -> str:
-    """Drop ANSI colour codes and control characters (they would corrupt the screen)."""
-    line = line.rstrip("\r\n")
-    if "\x1b" in line:
-        line = ANSI_RE.sub("", line)
-    return CONTROL_RE.sub("\ufffd", line.expandtabs())
 
 
 def level_of(line: str) -> str:
