@@ -76,6 +76,7 @@ done
 
 FOLLOW_PY = r"""
 import os, select, struct, sys
+from time import monotonic
 
 M = b"@@SPTUI "
 IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x2, 0x4, 0x8
@@ -159,11 +160,6 @@ class Watch:
                         hit = True
                     elif name == self.name:
                         hit = True
-
-
-def monotonic():
-    import time
-    return time.monotonic()
 
 
 def start_of_last_lines(fd, size, n):
