@@ -28,7 +28,7 @@ from sparktui import locations
 from sparktui.core.model import ClusterSnapshot, Finding, NodeState, sort_findings
 from sparktui.tui import actions as registry
 from sparktui.tui.backend import Backend, PlanView
-from sparktui.tui.messages import ActionFinished, ActionProgress, SnapshotUpdated
+from sparktui.tui.messages import ActionFinished, ActionProgress, LogBatch, SnapshotUpdated
 from sparktui.tui.screens.confirm import ConfirmScreen
 from sparktui.tui.screens.help import HelpScreen
 from sparktui.tui.screens.progress import ProgressScreen
@@ -119,6 +119,7 @@ class SparkApp(App[int]):
         self._progress: ProgressScreen | None = None
         self._last_error: dict[str, str] = {}
         self._poll_timer = None
+        self._log_applied = asyncio.Event()
         self._gc_threshold: tuple[int, int, int] | None = None
 
     # ------------------------------------------------------------------ setup
@@ -200,15 +201,16 @@ class SparkApp(App[int]):
                         exit_on_error=False)
 
     async def _follow_log(self) -> None:
-        # An async worker runs on the UI's own loop, so each batch is applied right here, the
-        # moment it arrives (no message hop: a line is in the pane ~1 ms after it reaches the
-        # jump host). After each batch the loop gets a turn (keys, rendering) before the next;
-        # meanwhile the follower's bounded queue (and, through it, the node) holds the rest,
-        # so a flood never starves key presses.
+        # One batch in flight: the next is posted once the pane has applied this one.
+        # Meanwhile the follower's bounded queue (and, through it, the node) holds the rest,
+        # so a flood never piles up in the app's message queue ahead of key presses.
+        applied = self._log_applied = asyncio.Event()
+        applied.set()
         async for node, lines in self.backend.follow_log():
             if lines:
-                self._apply_log_batch(node, lines)
-                await asyncio.sleep(0)
+                await applied.wait()
+                applied.clear()
+                self.post_message(LogBatch(node, list(lines)))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """Every collector's end and every failure, in one place."""
@@ -302,9 +304,15 @@ class SparkApp(App[int]):
         if isinstance(event.option_list, FindingsList):
             self.screen_stack[0].query_one(FindingDetail).show(event.option_list.selected)
 
-    def _apply_log_batch(self, node: str, lines: list[str]) -> None:
+    def on_log_batch(self, message: LogBatch) -> None:
+        try:
+            self._apply_log_batch(message)
+        finally:
+            self._log_applied.set()
+
+    def _apply_log_batch(self, message: LogBatch) -> None:
         view = self.log_view
-        entries = view.add_lines(node, lines)
+        entries = view.add_lines(message.node, message.lines)
         if not entries:
             return
         # the knowledge base reads what the pane shows (escapes dropped, controls replaced):

@@ -18,6 +18,14 @@ class SnapshotUpdated(Message):
 
 
 @dataclass
+class LogBatch(Message):
+    """New lines from a followed log, in order."""
+
+    node: str
+    lines: list[str]
+
+
+@dataclass
 class ActionProgress(Message):
     """One step of a running action changed state."""
 

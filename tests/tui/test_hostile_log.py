@@ -1,5 +1,5 @@
 """Hostile log content in the console: bytes appended to the followed vLLM log travel the
-path the live console uses (FileFollower over a transport -> the app worker -> the app's log pane
+path the live console uses (FileFollower over a transport -> LogBatch -> the app's log pane
 and the knowledge base -> findings) and must never crash it, never style or move anything
 (no Rich markup, no ANSI/OSC escape, no C1 control reaching the terminal), and the app must
 stay responsive under a flood.
