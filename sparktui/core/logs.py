@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from sparktui.core.command import Command, cmd, sh
 from sparktui.core.follow_remote import AUTO, FOLLOW_PY, FOLLOW_SH, MAGIC
+from sparktui.core.safe_text import clean_text
 from sparktui.core.transport import Transport, TransportError
 
 log = logging.getLogger(__name__)
@@ -298,10 +299,11 @@ class FileFollower(_Follower):
                        description=f"follow {self.source}")
         return sh(script, *args, timeout=None, description=f"follow {self.path}")
 
-    def _unframed(self, why: str) -> _Desync:
-        """The stream is not our protocol. Before any frame under `auto`, python3 on the node
-        failed (too old, broken): use the shell loop from now on."""
-        if not self._framed and self.engine == "auto":
+    def _unframed(self, why: str, output: bytes) -> _Desync:
+        """The stream is not our protocol. If that is python3 failing on the node (too old,
+        broken) before its first frame under `auto`, use the shell loop from now on."""
+        said_python = any(w in output for w in (b"python", b"Python", b"Traceback"))
+        if not self._framed and self.engine == "auto" and said_python:
             self.engine = "sh"
             self._events.append(f"python3 on {self.node} could not follow {self.path} ({why}); "
                                 "following with the shell loop instead")
@@ -327,7 +329,7 @@ class FileFollower(_Follower):
                 nl = self._buf.find(b"\n")
                 if nl < 0:
                     if len(self._buf) > 256:
-                        raise self._unframed("header too long")
+                        raise self._unframed("header too long", bytes(self._buf[:256]))
                     return
                 header = bytes(self._buf[:nl])
                 del self._buf[:nl + 1]
@@ -355,7 +357,8 @@ class FileFollower(_Follower):
 
     def _header(self, header: bytes) -> None:
         if not header.startswith(MAGIC):
-            raise self._unframed(f"unexpected output {header[:60]!r}")
+            text = clean_text(header[:160].decode("utf-8", "replace"))
+            raise self._unframed(f"the node answered: {text}", header)
         parts = header[len(MAGIC):].decode("ascii", "replace").split()
         if not parts:
             raise _Desync("empty header")

@@ -372,6 +372,25 @@ async def test_a_node_whose_python3_fails_is_followed_by_the_shell_loop(tmp_path
                for e in events_of(batches))
 
 
+async def test_other_unframed_output_does_not_switch_engines(tmp_path, monkeypatch):
+    """`docker exec` failing (the container is gone) is not python3's fault: the follower
+    keeps its engine and retries, and says what the node answered."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "docker"  # what docker prints when the container does not exist
+    fake.write_text("#!/bin/sh\necho 'Error response from daemon: No such container: ray' >&2\n"
+                    "exit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    f = FileFollower(LocalTransport("spark-2"), "/tmp/ray/x.err", container="ray", **FAST)
+    batches = await collect(f, lambda _l, bs: sum("connection lost" in e for b in bs
+                                                  for e in b.events) >= 2)
+    assert f.engine == "auto"
+    assert any("No such container" in e for e in events_of(batches))
+    assert not any("python3" in e for e in events_of(batches))
+    f.stop()
+
+
 def test_an_unknown_engine_is_refused():
     with pytest.raises(ValueError, match="engine"):
         FileFollower(LocalTransport("n"), "/tmp/x.log", engine="perl")
