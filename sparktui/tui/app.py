@@ -206,11 +206,11 @@ class SparkApp(App[int]):
         # so a flood never piles up in the app's message queue ahead of key presses.
         applied = self._log_applied = asyncio.Event()
         applied.set()
-        async for node, lines in self.backend.follow_log():
-            if lines:
+        async for node, lines, events in self.backend.follow_log():
+            if lines or events:
                 await applied.wait()
                 applied.clear()
-                self.post_message(LogBatch(node, list(lines)))
+                self.post_message(LogBatch(node, list(lines), list(events)))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """Every collector's end and every failure, in one place."""
@@ -311,6 +311,8 @@ class SparkApp(App[int]):
             self._log_applied.set()
 
     def _apply_log_batch(self, message: LogBatch) -> None:
+        if message.events:
+            self.screen_stack[0].query_one(LogPane).set_stream_state(message.events[-1])
         view = self.log_view
         entries = view.add_lines(message.node, message.lines)
         if not entries:

@@ -100,10 +100,11 @@ class Backend:
         """One monitor tick (async I/O only; called from a worker)."""
         raise NotImplementedError
 
-    async def follow_log(self) -> AsyncIterator[tuple[str, list[str]]]:
-        """Batches of (node, lines) from the followed vLLM log, forever."""
+    async def follow_log(self) -> AsyncIterator[tuple[str, list[str], list[str]]]:
+        """Batches of (node, lines, events) from the followed vLLM log, forever. Events say
+        what happened to the stream itself ("connection lost: ...", "resumed ...")."""
         if False:  # pragma: no cover - an async generator that yields nothing
-            yield "", []
+            yield "", [], []
 
     def scan_log(self, lines: list[str]) -> list[LogMark]:
         """Feed new log lines (in order; the first line ever fed is line 1) to the crash

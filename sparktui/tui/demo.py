@@ -167,7 +167,7 @@ class DemoBackend(LiveBackend):
                 slow = "placement group" in line or "autoscaler" in line
                 await asyncio.sleep(self.line_delay * (12 if slow else 1))
 
-    async def follow_log(self) -> AsyncIterator[tuple[str, list[str]]]:
+    async def follow_log(self) -> AsyncIterator[tuple[str, list[str], list[str]]]:
         from sparktui.core.logs import FileFollower
 
         if self._writer is None:
@@ -175,7 +175,7 @@ class DemoBackend(LiveBackend):
         self._follower = FileFollower(LocalTransport("spark-1"), str(self.log_path),
                                       node="spark-1", from_start=True, poll_interval=0.2)
         async for batch in self._follower.batches():
-            yield batch.node, list(batch.lines)
+            yield batch.node, list(batch.lines), list(batch.events)
 
     async def execute(self, action: str, emit: Emit) -> ActionOutcome:
         """Walk the real plan's steps without running anything."""

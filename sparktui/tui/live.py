@@ -62,12 +62,12 @@ class LiveBackend(Backend):
     async def refresh(self) -> ClusterSnapshot:
         return await self.monitor.refresh(wait=self.cfg.refresh_interval)
 
-    async def follow_log(self) -> AsyncIterator[tuple[str, list[str]]]:
+    async def follow_log(self) -> AsyncIterator[tuple[str, list[str], list[str]]]:
         from sparktui.core.logs import vllm_log_follower
 
         self._follower = vllm_log_follower(self.cfg, self.monitor.transports[self.cfg.head.name])
         async for batch in self._follower.batches():
-            yield batch.node, list(batch.lines)
+            yield batch.node, list(batch.lines), list(batch.events)
 
     def scan_log(self, lines: list[str]) -> list[LogMark]:
         hits = self._scanner.feed_lines(lines)

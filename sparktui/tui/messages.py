@@ -23,6 +23,7 @@ class LogBatch(Message):
 
     node: str
     lines: list[str]
+    events: list[str] = field(default_factory=list)  # what happened to the stream itself
 
 
 @dataclass

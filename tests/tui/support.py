@@ -67,12 +67,13 @@ class TestBackend(LiveBackend):
     def __init__(self, cfg, snapshot: ClusterSnapshot, *, read_only: bool = False) -> None:
         super().__init__(cfg, read_only=read_only,
                          monitor=FixedMonitor(cfg, snapshot, read_only or cfg.read_only))
-        self.queue: asyncio.Queue[tuple[str, list[str]]] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[str, list[str], list[str]]] = asyncio.Queue()
 
-    def feed(self, lines: list[str], node: str = "spark-1") -> None:
-        self.queue.put_nowait((node, lines))
+    def feed(self, lines: list[str], node: str = "spark-1",
+             events: list[str] | None = None) -> None:
+        self.queue.put_nowait((node, lines, events or []))
 
-    async def follow_log(self) -> AsyncIterator[tuple[str, list[str]]]:
+    async def follow_log(self) -> AsyncIterator[tuple[str, list[str], list[str]]]:
         while True:
             yield await self.queue.get()
 

@@ -321,6 +321,26 @@ async def test_follow_toggle_pauses_the_log():
         assert view.following and view.new_lines == 0
 
 
+async def test_the_log_status_line_says_when_the_stream_is_lost_and_back():
+    app, backend = await make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        status = app.screen.query_one("#log-status")
+        backend.feed(["INFO a"], events=["following /tmp/vllm.log on spark-1"])
+        await pilot.pause(0.2)
+        assert "following /tmp/vllm.log on spark-1" in str(status.render())
+        backend.feed([], events=["connection lost: spark-1 (198.18.0.11): SSH disconnected: "
+                                 "\x1b]0;x\x07bye; reconnecting in 0.5s"])
+        await pilot.pause(0.2)
+        text = str(status.render())
+        assert "connection lost: spark-1" in text and "bye; reconnecting" in text
+        assert "\x1b" not in text and "\x07" not in text
+        backend.feed(["INFO b"], events=["resumed /tmp/vllm.log at byte 7"])
+        await pilot.pause(0.2)
+        assert "resumed /tmp/vllm.log at byte 7" in str(status.render())
+        assert [e.text for e in app.log_view.entries][-2:] == ["INFO a", "INFO b"]
+
+
 async def test_save_log_writes_a_file(tmp_path):
     app, backend = await make_app()
     async with app.run_test(size=SIZE) as pilot:

@@ -269,3 +269,21 @@ async def test_each_hostile_line_alone_in_the_filter_and_copy_paths(tmp_path, na
         assert app.is_running
         assert not CONTROL.search(app.clipboard or "")
         await stop_following(backend)
+
+
+async def test_the_real_followers_word_on_the_stream_reaches_the_status_line(tmp_path):
+    app, backend, log = await make_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await following(pilot, backend)
+        status = app.screen.query_one("#log-status")
+        await until(pilot, lambda: f"following {log} on spark-1" in str(status.render()), 10,
+                    "the follower's first word in the status line")
+        append(log, b"one\ntwo\n")
+        await until(pilot, lambda: len(app.log_view.entries) == 2, 10, "two lines")
+        log.write_bytes(b"")  # truncated, as a new `vllm serve > vllm.log` does
+        append(log, b"three\n")
+        await until(pilot, lambda: "was truncated" in str(status.render()), 10,
+                    "the truncation in the status line")
+        await until(pilot, lambda: len(app.log_view.entries) == 3, 10, "the new content")
+        assert [e.text for e in app.log_view.entries] == ["one", "two", "three"]
+        await stop_following(backend)

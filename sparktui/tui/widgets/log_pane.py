@@ -318,6 +318,8 @@ class LogPane(Vertical):
         super().__init__(id="log-pane")
         self.border_title = f"log · {source}"
         self._max_lines = max_lines
+        self._stream = ""  # the follower's last word about the stream itself
+        self._stream_bad = False
 
     def compose(self) -> ComposeResult:
         yield LogView(self._max_lines)
@@ -344,6 +346,8 @@ class LogPane(Vertical):
             parts.append(("❚❚ paused", "$log-warning"))
         parts.append(("  ", ""))
         parts.append((f"{len(v.entries)} lines", "$muted"))
+        if self._stream:
+            parts += ["  ", (self._stream, "bold $log-warning" if self._stream_bad else "$muted")]
         if v.filter_text:
             parts += ["  filter ", (repr(v.filter_text), "bold"), (f" {len(v.view)} match", "$muted")]
         if v.findings_only:
@@ -353,6 +357,13 @@ class LogPane(Vertical):
                       (" (End)", "$muted")]
         # one row high (app.tcss): a new text never changes the layout
         self.query_one("#log-status", Static).update(Content.assemble(*parts), layout=False)
+
+    def set_stream_state(self, event: str) -> None:
+        """Show what the follower last said about the stream (lost, resumed, rotated...)."""
+        self._stream = clean(event)[:160]
+        self._stream_bad = event.startswith(("connection lost", "python3 on")) or \
+            "does not exist" in event
+        self.update_status()
 
     def open_filter(self) -> None:
         box = self.query_one("#log-filter", Input)
