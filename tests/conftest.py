@@ -17,7 +17,9 @@ where they fail.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import gc
 import os
 import signal
 import threading
@@ -130,3 +132,13 @@ def vllm_lab() -> Iterator[Lab]:
                 _LABS.remove(lab)
         if mine:
             labmod.down(lab)
+
+
+@pytest.fixture
+async def reap_subprocesses():
+    """Collect finished subprocess transports while the test's event loop still runs (a
+    follower's process reaped after its loop closed warns 'Event loop is closed')."""
+    yield
+    await asyncio.sleep(0.05)
+    gc.collect()
+    await asyncio.sleep(0.01)

@@ -11,7 +11,6 @@ rest of the backend is the real LiveBackend over a fixed seed-story snapshot.
 from __future__ import annotations
 
 import asyncio
-import gc
 import random
 import re
 import time
@@ -27,6 +26,8 @@ from sparktui.tui.screens.help import HelpScreen
 from sparktui.tui.widgets.findings import FindingDetail, FindingsList
 from sparktui.tui.widgets.log_pane import LogView
 from tests.tui.support import FixedMonitor, seed_config, seed_log_lines, seed_snapshot
+
+pytestmark = pytest.mark.usefixtures("reap_subprocesses")
 
 SIZE = (160, 50)
 # Anything a terminal could act on: C0 controls (tab and newline never survive into a
@@ -47,15 +48,6 @@ HOSTILE_LINES: dict[str, bytes] = {
     "binary": bytes(b for b in random.Random(9).randbytes(3000) if b != 0x0A),
 }
 BIG = 2 * 1024 * 1024
-
-
-@pytest.fixture(autouse=True)
-async def _reap_subprocesses():
-    """Collect the follower's finished subprocess while the test's event loop still runs."""
-    yield
-    await asyncio.sleep(0.05)
-    gc.collect()
-    await asyncio.sleep(0.01)
 
 
 async def make_app(tmp_path: Path, max_log_lines: int = 20000) -> tuple[SparkApp, LiveBackend,

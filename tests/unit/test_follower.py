@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import random
 import signal
@@ -23,6 +22,8 @@ from sparktui.core.logs import (
 )
 from sparktui.core.transport import LocalTransport, TransportError
 
+pytestmark = pytest.mark.usefixtures("reap_subprocesses")
+
 FAST = {"poll_interval": 0.05, "backoff": (0.05, 0.2)}
 
 
@@ -30,15 +31,6 @@ FAST = {"poll_interval": 0.05, "backoff": (0.05, 0.2)}
 def engine(request) -> str:
     """Every FileFollower test runs with both node-side engines (python3 and the sh loop)."""
     return request.param
-
-
-@pytest.fixture(autouse=True)
-async def _reap_subprocesses():
-    """Collect finished subprocess transports while the test's event loop still runs."""
-    yield
-    await asyncio.sleep(0.05)
-    gc.collect()
-    await asyncio.sleep(0.01)
 
 
 async def collect(follower, until, timeout: float = 20.0,

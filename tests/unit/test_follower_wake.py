@@ -21,7 +21,8 @@ def _gnu_tail() -> bool:
     return "GNU" in out.stdout
 
 
-pytestmark = pytest.mark.skipif(not _gnu_tail(), reason="needs GNU tail and timeout")
+pytestmark = [pytest.mark.skipif(not _gnu_tail(), reason="needs GNU tail and timeout"),
+              pytest.mark.usefixtures("reap_subprocesses")]
 
 
 @pytest.mark.parametrize("engine", ["auto", "sh"])
