@@ -2,12 +2,14 @@
 
 On a 2-node lab, the real console (`SparkApp` + `LiveBackend` on the lab's config, headless
 `run_test()`, monitor polling as usual) follows the head's vLLM log (config `vllm.log`)
-while, side by side, the reference follows the same file: a real OpenSSH client running
-`tail -n0 -F <file>` on the head with the lab's key.
+while, side by side, the reference follows a sibling file in the same directory: a real
+OpenSSH client running `tail -n0 -F <file>.bench-ref` on the head with the lab's key.
 
-For each of N lines (50; --quick: 25) the bench writes one uniquely numbered line straight
-into the node's file (through /proc/<node init>/root, no process in between) and records
-`t0 = CLOCK_MONOTONIC` just before the write(2). Both observers see that same line:
+For each of N rounds (50; --quick: 25) the bench writes one uniquely numbered line to each
+file, one at a time in random order, straight into the node's file (through
+/proc/<node init>/root, no process in between), recording `t0 = CLOCK_MONOTONIC` just
+before each write(2), and waits until that line's observer has it. Every line wakes only its
+own observer, so the two pipelines never compete for the 2 cores over the same line:
 
 * the app: a wrapper around this LogView's `add_lines` stamps CLOCK_MONOTONIC when the batch
   holding the line has been applied (the pane holds it); the next compositor refresh after
@@ -18,8 +20,8 @@ into the node's file (through /proc/<node init>/root, no process in between) and
   delay it) reads the ssh client's stdout and stamps CLOCK_MONOTONIC when the chunk with
   the line arrives.
 
-One write, two observers, one clock: noise hits both. Between lines the bench waits a
-random 50-250 ms (no phase lock with any poll interval). Figure: median app latency;
+Same lines, same node and sshd, one clock, interleaved in time: noise hits both. Between
+writes the bench waits a random 50-250 ms (no phase lock with any poll interval). Figure: median app latency;
 reference: median `ssh tail -F` latency; target ≤ 1.2×.
 """
 
@@ -86,7 +88,7 @@ def _numbers(lines, nonce: str):
             yield int(ln[i + len(key):].split()[0])
 
 
-async def _measure(lab, cfg, n_lines: int, shared: bool = False) -> dict:
+async def _measure(lab, cfg, n_lines: int) -> dict:
     from sparktui.tui.app import SparkApp
     from sparktui.tui.live import LiveBackend
 
@@ -95,12 +97,8 @@ async def _measure(lab, cfg, n_lines: int, shared: bool = False) -> dict:
     host_file = lab.host_path(head, path)
     host_file.parent.mkdir(parents=True, exist_ok=True)
     host_file.write_text("INFO bench: log latency run starts\n")
-    # A/B (default): the reference follows a sibling file, and each round writes one line to
-    # each file, in random order, one at a time: every line wakes only its own observer, so
-    # the two pipelines never compete for the CPU over the same line. shared: one line, both
-    # observers at once (on a 2-core machine whichever is scheduled last pays for the other).
-    ref_path = path if shared else f"{path}.bench-ref"
-    ref_file = host_file if shared else lab.host_path(head, ref_path)
+    ref_path = f"{path}.bench-ref"  # the reference's own file (see the module doc)
+    ref_file = lab.host_path(head, ref_path)
     ref_file.write_text("")
     nonce = f"{os.getpid()}-{time.monotonic_ns() % 10**9}"
     app_seen, app_drawn, ref_seen, chunk_seen = _Seen(), _Seen(), _Seen(), _Seen()
@@ -131,7 +129,7 @@ async def _measure(lab, cfg, n_lines: int, shared: bool = False) -> dict:
     logs.FileFollower._handle = stamped
     app = SparkApp(LiveBackend(cfg))
     fd = os.open(host_file, os.O_WRONLY | os.O_APPEND)
-    ref_fd = fd if shared else os.open(ref_file, os.O_WRONLY | os.O_APPEND)
+    ref_fd = os.open(ref_file, os.O_WRONLY | os.O_APPEND)
     try:
         async with app.run_test(size=(160, 50)) as pilot:
             while True:  # the main screen and its LogView exist once main_ready ran
@@ -159,27 +157,24 @@ async def _measure(lab, cfg, n_lines: int, shared: bool = False) -> dict:
                 os.write(to, line.encode())
                 return t0
 
-            async def seen(num: int, timeout: float, app_side: bool, ref_side: bool) -> bool:
-                events = [app_seen.event(num), app_drawn.event(num)] if app_side else []
-                waits = [e.wait() for e in events + ([ref_seen.event(num)] if ref_side else [])]
+            async def seen(num: int, side: str, timeout: float) -> bool:
+                events = ([app_seen.event(num), app_drawn.event(num)] if side == "app"
+                          else [ref_seen.event(num)])
                 try:
-                    await asyncio.wait_for(asyncio.gather(*waits), timeout)
+                    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in events)),
+                                           timeout)
                     return True
                 except asyncio.TimeoutError:
                     return False
 
             async def line(num: int, timeout: float) -> dict[str, int]:
-                """Line `num` to each observer (A/B: one at a time, random order)."""
-                if shared:
-                    await asyncio.sleep(random.uniform(0.05, 0.25))
-                    t0 = write(fd, num)
-                    ok = await seen(num, timeout, True, True)
-                    return {"app": t0, "ref": t0} if ok else {}
+                """Line `num` to each observer, one at a time, in random order: t0 per side
+                (empty when a side did not see it in time)."""
                 t0s = {}
                 for side in random.sample(["app", "ref"], 2):
                     await asyncio.sleep(random.uniform(0.05, 0.25))
                     t0s[side] = write(fd if side == "app" else ref_fd, num)
-                    if not await seen(num, timeout, side == "app", side == "ref"):
+                    if not await seen(num, side, timeout):
                         return {}
                 return t0s
 
@@ -198,8 +193,7 @@ async def _measure(lab, cfg, n_lines: int, shared: bool = False) -> dict:
     finally:
         logs.FileFollower._handle = handle
         os.close(fd)
-        if ref_fd != fd:
-            os.close(ref_fd)
+        os.close(ref_fd)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(ref.pid, signal.SIGTERM)
         await ref.wait()
@@ -213,11 +207,11 @@ async def _measure(lab, cfg, n_lines: int, shared: bool = False) -> dict:
             "ref": lat(ref_seen, "ref"), "chunk": lat(chunk_seen, "app"), "lost": lost}
 
 
-def figures(lab, n_lines: int, shared: bool = False) -> dict:
+def figures(lab, n_lines: int) -> dict:
     from sparktui import config
 
     cfg = config.load(str(lab.config_path))
-    return asyncio.run(_measure(lab, cfg, n_lines, shared))
+    return asyncio.run(_measure(lab, cfg, n_lines))
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -240,19 +234,19 @@ def run(quick: bool) -> list[Row]:
             f"{_pct(app, .9) * 1000:.1f} ms, ssh {_pct(ref, .9) * 1000:.1f} ms; "
             f"next refresh after: median {statistics.median(drawn) * 1000:.1f} ms")
     row = ratio_row(f"vLLM log line until in the log pane (median of {n_lines})", value,
-                    "ssh head tail -F (same lines)", statistics.median(ref), 1.2, note=note)
+                    "ssh head tail -F (same lines, own file)", statistics.median(ref), 1.2, note=note)
     if f["lost"]:
         row.ok = False
     # where the time goes, reported only: the line as the SSH channel hands it to the
     # follower inside the app (node-side reader + network + asyncssh), before any app work
     stage = Row("  of which: at the follower (asyncssh channel data)",
-                statistics.median(f["chunk"]), "s", "ssh head tail -F (same lines)",
+                statistics.median(f["chunk"]), "s", "ssh head tail -F (same lines, own file)",
                 statistics.median(ref), note=f"median of {len(f['chunk'])}")
     return [row, stage]
 
 
 if __name__ == "__main__":
-    # python -m bench.log_latency_bench [--quick] [--shared] [--lab ID]: raw samples
+    # python -m bench.log_latency_bench [--quick] [--lab ID]: raw samples
     from tests.lab import lab as labmod
     from tests.lab.state import Lab
 
@@ -260,7 +254,7 @@ if __name__ == "__main__":
     x = (labmod.up(nodes=2, pin="all", owner_pid=os.getpid()) if own
          else Lab.load(sys.argv[sys.argv.index("--lab") + 1]))
     try:
-        res = figures(x, 25 if "--quick" in sys.argv else 50, "--shared" in sys.argv)
+        res = figures(x, 25 if "--quick" in sys.argv else 50)
     finally:
         if own:
             labmod.down(x)

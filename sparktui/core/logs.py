@@ -56,6 +56,12 @@ class LogBatch:
     events: tuple[str, ...] = ()
 
 
+def stream_trouble(event: str) -> bool:
+    """Whether a follower event means the stream is not flowing (lost, file missing, an engine
+    given up on), as opposed to news (following, resumed, rotated)."""
+    return event.startswith(("connection lost", "python3 on")) or " does not exist on " in event
+
+
 class _Desync(Exception):
     """The framed stream did not parse: restart from the last good position."""
 

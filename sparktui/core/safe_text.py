@@ -26,11 +26,8 @@ T = TypeVar("T")
 
 
 def clean(line: str) -> str:
-    """One log line for the screen: no ANSI codes, no line end, tabs expanded, no controls."""
-    line = line.rstrip("\r\n")
-    if "\x1b" in line:
-        line = ANSI_RE.sub("", line)
-    return CONTROL_RE.sub("\ufffd", line.expandtabs())
+    """One log line for the screen: no line end, tabs expanded, then `clean_text`."""
+    return clean_text(line.rstrip("\r\n").expandtabs())
 
 
 def clean_text(text: str) -> str:

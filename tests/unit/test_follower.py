@@ -19,6 +19,7 @@ from sparktui.core.logs import (
     LogBatch,
     merge,
     ray_worker_logs,
+    stream_trouble,
 )
 from sparktui.core.transport import LocalTransport, TransportError
 
@@ -119,6 +120,9 @@ async def test_missing_file_is_waited_for_and_read_from_its_start(tmp_path, engi
     await w
     assert lines_of(batches) == ["a", "b", "c"]
     assert any("does not exist" in e for e in events_of(batches))
+    # what the log pane shows as trouble, and what as news, on these real events
+    assert {e.split()[0]: stream_trouble(e) for e in events_of(batches)} == {
+        str(p): True, "following": False}
 
 
 async def test_long_lines_are_cut_and_bad_utf8_replaced(tmp_path, engine):

@@ -134,7 +134,7 @@ class Executor:
     async def _emit(self, r: StepResult, state: StepState, message: str = "",
                     output: str = "", elapsed: float = 0.0) -> None:
         r.state = state
-        message, output = clean_text(message), clean_text(output)  # node text: terminal-safe
+        message = clean_text(message)  # may quote a node (outputs come cleaned by _tail)
         if message:
             r.message = message
         if output:

@@ -27,6 +27,7 @@ from textual.strip import Strip
 from textual.timer import Timer
 from textual.widgets import Input, Static
 
+from sparktui.core.logs import stream_trouble
 from sparktui.core.safe_text import clean
 
 ERROR_RE = re.compile(r"\b(?:ERROR|CRITICAL|FATAL)\b|Traceback \(most recent call last\)"
@@ -361,8 +362,7 @@ class LogPane(Vertical):
     def set_stream_state(self, event: str) -> None:
         """Show what the follower last said about the stream (lost, resumed, rotated...)."""
         self._stream = clean(event)[:160]
-        self._stream_bad = event.startswith(("connection lost", "python3 on")) or \
-            "does not exist" in event
+        self._stream_bad = stream_trouble(event)
         self.update_status()
 
     def open_filter(self) -> None:
