@@ -1,6 +1,8 @@
-"""The cluster config (YAML): discovery, validation with line numbers, defaults.
+"""The cluster config (YAML): discovery, one pydantic declaration per key, line-numbered errors.
 
-Every problem is a ConfigError whose str() is one line: `FILE:LINE: what is wrong`.
+Each key is declared once, as a field below (type, default, range, docstring). Errors are a
+ConfigError whose str() is one line: `FILE:LINE: what is wrong`. Rules across fields (one
+head, unique names and IPs, per-node overrides) are in `_resolve`.
 """
 
 from __future__ import annotations
@@ -9,130 +11,311 @@ import ipaddress
 import os
 import re
 import socket
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-import yaml
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr
+from pydantic import field_validator
+from pydantic_core import ErrorDetails
 
 from sparktui import locations
+from sparktui.yamlmodel import Lines, YamlError, compose, rule, validate
+from sparktui.yamlmodel import Path as KeyPath
 
-ROLES = ("head", "worker")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-LOCAL_HOSTS = ("local", "localhost")
-ACTION_NAMES = ("teardown", "restart", "serve")
-
-
-class ConfigError(Exception):
-    def __init__(self, file: str, line: int | None, message: str) -> None:
-        self.file, self.line, self.message = file, line, message
-        super().__init__(f"{file}:{line if line else 1}: {message}")
-
-
-DEFAULT_CIPHERS = "^aes128-gcm@openssh.com,aes256-gcm@openssh.com"
+CONTAINER_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 CIPHERS_RE = re.compile(r"[+^-]?[A-Za-z0-9@._*?-]+(,[A-Za-z0-9@._*?-]+)*")
+LOCAL_HOSTS = ("local", "localhost")
+DEFAULT_CIPHERS = "^aes128-gcm@openssh.com,aes256-gcm@openssh.com"
 
 
-@dataclass
-class SshSettings:
-    user: str | None = None
-    identity_file: str | None = None
-    known_hosts: str | None = None  # None: asyncssh/OpenSSH default (~/.ssh/known_hosts)
-    port: int | None = None
-    config_file: str | None = None
+class ConfigError(YamlError):
+    """A config problem; `str()` is `FILE:LINE: what is wrong`."""
+
+
+# --------------------------------------------------------------------------- value types
+
+
+def _expand(value: str) -> str:
+    return os.path.expandvars(os.path.expanduser(value))
+
+
+def _text(expand: bool, optional: bool = False) -> Callable[[Any], str | None]:
+    def convert(value: Any) -> str | None:
+        if value is None and optional:
+            return None
+        if value is None or isinstance(value, (bool, list, dict)) or value == "":
+            raise rule("text", "must be a non-empty string")
+        return _expand(str(value)) if expand else str(value)
+    return convert
+
+
+def _matching(regex: re.Pattern[str], what: str) -> Callable[[str | None], str | None]:
+    def check(value: str | None) -> str | None:
+        if value is not None and not regex.fullmatch(value):
+            raise rule("format", "'{value}' " + what, value=value)
+        return value
+    return check
+
+
+def _between(lo: float, hi: float) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if not lo <= value <= hi:
+            raise rule("range", "must be between {lo} and {hi}, not {value}",
+                       lo=f"{lo:g}", hi=f"{hi:g}", value=value)
+        return value
+    return check
+
+
+def _str_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise rule("list", 'must be a list of strings, e.g. ["--flag", "value"]')
+    if any(v is None or isinstance(v, (bool, list, dict)) for v in value):
+        raise rule("list_item", "every item must be a string or number")
+    return [str(v) for v in value]
+
+
+def _env(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise rule("mapping", "must be a mapping (key: value)")
+    out = {}
+    for key, v in value.items():
+        if not ENV_NAME_RE.match(str(key)):
+            raise rule("env_name", "'{key}' is not a valid environment variable name", key=key)
+        if v is None or isinstance(v, (list, dict)):
+            raise rule("env_value", "{key} must be a string", key=key)
+        out[str(key)] = "1" if v is True else "0" if v is False else _expand(str(v))
+    return out
+
+
+def _ip(value: str) -> str:
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise rule("ip", "'{value}' is not an IP address", value=value) from None
+
+
+def _host(value: str) -> str:
+    if value.startswith("-") or any(ch.isspace() for ch in value):
+        raise rule("host", "'{value}' is not a host name or address", value=value)
+    return value
+
+
+def _absolute(value: str) -> str:
+    if not value.startswith("/"):
+        raise rule("path", "must be an absolute path on the head node")
+    return value
+
+
+Text = Annotated[str, BeforeValidator(_text(expand=True))]
+OptText = Annotated[str | None, BeforeValidator(_text(expand=True, optional=True))]
+RawText = Annotated[str, BeforeValidator(_text(expand=False))]
+Port = Annotated[int, AfterValidator(_between(1, 65535))]
+StrList = Annotated[list[str], BeforeValidator(_str_list)]
+Env = Annotated[dict[str, str], BeforeValidator(_env)]
+
+
+def Seconds(lo: float, hi: float) -> Any:  # noqa: N802 - a type alias factory
+    return Annotated[float, AfterValidator(_between(lo, hi))]
+
+
+class Model(BaseModel):
+    """Every config section: unknown keys and loose types are errors."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, validate_default=False)
+
+
+# --------------------------------------------------------------------------- the model
+
+
+class ClusterSettings(Model):
+    name: Text = "cluster"
+    """Shown in the header."""
+
+
+class SshSettings(Model):
+    user: OptText = None
+    """Login name (default: ~/.ssh/config or the local user)."""
+    identity_file: OptText = None
+    known_hosts: OptText = None
+    """None: asyncssh/OpenSSH default (~/.ssh/known_hosts), checked strictly."""
+    port: Port | None = None
+    config_file: OptText = None
     strict_host_key_checking: bool = True
-    connect_timeout: float = 5.0
-    keepalive_interval: float = 10.0
-    # OpenSSH `Ciphers` syntax. AES-GCM first by default: asyncssh's ChaCha20-Poly1305 costs
-    # ~0.15 ms more per packet (measured), which every followed log line pays. None: leave the
-    # choice to ~/.ssh/config (Ciphers) and asyncssh's defaults.
-    ciphers: str | None = DEFAULT_CIPHERS
+    connect_timeout: Seconds(0.1, 3600) = 5.0
+    keepalive_interval: Seconds(0.1, 3600) = 10.0
+    ciphers: Annotated[OptText, AfterValidator(_matching(
+        CIPHERS_RE, "is not an OpenSSH cipher list "
+                    "(e.g. aes256-gcm@openssh.com,chacha20-poly1305@openssh.com)"))
+    ] = DEFAULT_CIPHERS
+    """OpenSSH `Ciphers` syntax. AES-GCM first: asyncssh's ChaCha20-Poly1305 costs ~0.15 ms
+    more per packet (measured), which every followed log line pays. None: ~/.ssh/config."""
+
+    @field_validator("ciphers", mode="after")
+    @classmethod
+    def _empty_is_none(cls, value: str | None) -> str | None:
+        return value or None
 
 
-@dataclass
-class ContainerConfig:
-    name: str = "vllm_node"
-    image: str | None = None
-    run_args: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
+class ContainerConfig(Model):
+    name: Annotated[RawText, AfterValidator(
+        _matching(CONTAINER_RE, "is not a valid docker container name"))] = "vllm_node"
+    image: OptText = None
+    run_args: StrList = Field(default_factory=list)
+    env: Env = Field(default_factory=dict)
+    """Set in the container; restart also sets VLLM_HOST_IP=<node ip>."""
 
 
-@dataclass
-class NodeConfig:
-    name: str
-    host: str
-    ip: str | None
-    role: str
-    ssh: SshSettings
-    container: ContainerConfig
-    line: int | None = None
+class NodeConfig(Model):
+    name: Annotated[RawText, AfterValidator(
+        _matching(NAME_RE, "is not a node name: use letters, digits, '.', '_', '-'"))]
+    host: Annotated[Text, AfterValidator(_host)]
+    """SSH address, ~/.ssh/config alias, or `local`."""
+    ip: Annotated[Text, AfterValidator(_ip)] | None = None
+    """The IP Ray and vLLM must use for this node (its interconnect address)."""
+    role: Literal["head", "worker"] = "worker"
+    ssh: SshSettings = Field(default_factory=SshSettings)
+    """Overrides of the top-level `ssh` for this node (merged by `_resolve`)."""
+    container: ContainerConfig = Field(default_factory=ContainerConfig)
+    """Overrides of the top-level `container` (its `env` adds to the shared one)."""
+    user: OptText = None
+    """Shortcut for `ssh.user`."""
+    port: Port | None = None
+    """Shortcut for `ssh.port`."""
+    identity_file: OptText = None
+    """Shortcut for `ssh.identity_file`."""
+    _line: int | None = PrivateAttr(default=None)
+
+    @property
+    def line(self) -> int | None:
+        return self._line
 
     @property
     def local(self) -> bool:
         return self.host in LOCAL_HOSTS
 
 
-@dataclass
-class RayConfig:
-    port: int = 6379
-    dashboard_port: int = 8265
-    extra_args: list[str] = field(default_factory=list)
+class RayConfig(Model):
+    port: Port = 6379
+    """GCS port on the head."""
+    dashboard_port: Port = 8265
+    extra_args: StrList = Field(default_factory=list)
+    """Appended to every `ray start`."""
 
 
-@dataclass
-class VllmConfig:
-    model: str | None = None
-    args: list[str] = field(default_factory=list)
-    port: int = 8000
-    log: str = "/tmp/sparktui/vllm.log"
-    health_timeout: float = 900.0
+class VllmConfig(Model):
+    model: OptText = None
+    args: StrList = Field(default_factory=list)
+    port: Port = 8000
+    log: Annotated[Text, AfterValidator(_absolute)] = "/tmp/sparktui/vllm.log"
+    """Where serve writes vLLM's output on the head node."""
+    health_timeout: Seconds(1, 86400) = 900.0
 
     def parallel_size(self) -> int:
         """TP x PP as given in `args` (1 when absent)."""
         def value(*flags: str) -> int:
             for i, a in enumerate(self.args):
                 for f in flags:
-                    if a == f and i + 1 < len(self.args):
+                    text = (self.args[i + 1] if a == f and i + 1 < len(self.args)
+                            else a.split("=", 1)[1] if a.startswith(f + "=") else None)
+                    if text is not None:
                         try:
-                            return int(self.args[i + 1])
-                        except ValueError:
-                            return 1
-                    if a.startswith(f + "="):
-                        try:
-                            return int(a.split("=", 1)[1])
+                            return int(text)
                         except ValueError:
                             return 1
             return 1
         return value("--tensor-parallel-size", "-tp") * value("--pipeline-parallel-size", "-pp")
 
 
-@dataclass
-class ScriptAction:
+def _run_list(value: Any) -> Any:
+    return [value] if isinstance(value, (str, int, float)) and not isinstance(value, bool) else value
+
+
+def _nodes_list(value: Any) -> Any:
+    return value if value == "all" else _str_list(value)
+
+
+class ScriptAction(Model):
     """A user's own launch script, run instead of the built-in plan."""
 
-    name: str
-    run: list[str]  # argv
-    nodes: list[str]  # node names it runs on, in order
-    timeout: float = 600.0
+    run: Annotated[StrList, BeforeValidator(_run_list), Field(min_length=1)]
+    """argv on the node."""
+    nodes: Annotated[list[str] | Literal["all"], BeforeValidator(_nodes_list)] = Field(
+        default_factory=list)
+    """Node names it runs on, in order (default: the head; `all`: every node)."""
+    timeout: Seconds(1, 86400) = 600.0
+    _name: str = PrivateAttr(default="")
+
+    @property
+    def name(self) -> str:
+        return self._name
 
 
-@dataclass
-class Config:
-    path: str | None
-    cluster_name: str
-    ssh: SshSettings
-    nodes: list[NodeConfig]
-    container: ContainerConfig
-    ray: RayConfig
-    vllm: VllmConfig
-    theme: str | None = None
+class ActionScripts(Model):
+    teardown: ScriptAction | None = None
+    restart: ScriptAction | None = None
+    serve: ScriptAction | None = None
+
+    def __contains__(self, name: object) -> bool:
+        return name in type(self).model_fields and getattr(self, str(name)) is not None
+
+    def __getitem__(self, name: str) -> ScriptAction:
+        action = getattr(self, name, None) if name in type(self).model_fields else None
+        if action is None:
+            raise KeyError(name)
+        return action
+
+
+def _cluster(value: Any) -> Any:
+    return {"name": value} if isinstance(value, (str, int, float)) and not isinstance(
+        value, bool) else value
+
+
+class Config(Model):
+    """Everything a config file may say: the only declaration of its keys."""
+
+    cluster: Annotated[ClusterSettings, BeforeValidator(_cluster)] = Field(
+        default_factory=ClusterSettings)
+    """`{name: ...}` or just the name."""
+    ssh: SshSettings = Field(default_factory=SshSettings)
+    """Defaults for every node."""
+    nodes: Annotated[list[NodeConfig], Field(min_length=1)]
+    container: ContainerConfig = Field(default_factory=ContainerConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
+    vllm: VllmConfig = Field(default_factory=VllmConfig)
+    refresh_interval: Seconds(0.2, 3600) = 2.0
+    theme: OptText = None
     read_only: bool = False
-    keymap: dict[str, str] = field(default_factory=dict)
-    refresh_interval: float = 2.0
-    actions: dict[str, ScriptAction] = field(default_factory=dict)
-    patterns: list[dict[str, Any]] = field(default_factory=list)
-    patterns_line: int | None = None
+    keymap: dict[str, RawText] = Field(default_factory=dict)
+    """Action id -> key."""
+    actions: ActionScripts = Field(default_factory=ActionScripts)
+    """Script mode: teardown/restart/serve -> {run, nodes, timeout}."""
+    patterns: list[Any] = Field(default_factory=list)
+    """Extra or overriding crash patterns (validated by the knowledge base)."""
+    _path: str | None = PrivateAttr(default=None)
+    _patterns_line: int | None = PrivateAttr(default=None)
+
+    @property
+    def path(self) -> str | None:
+        return self._path
+
+    @property
+    def patterns_line(self) -> int | None:
+        return self._patterns_line
+
+    @property
+    def cluster_name(self) -> str:
+        return self.cluster.name
+
+    @property
+    def scripts(self) -> dict[str, ScriptAction]:
+        """The script-mode actions by name."""
+        return {name: a for name in ActionScripts.model_fields
+                if (a := getattr(self.actions, name)) is not None}
 
     @property
     def head(self) -> NodeConfig:
@@ -182,349 +365,115 @@ def load(explicit: str | None = None) -> Config:
 
 def local_default() -> Config:
     """No config anywhere: the machine sparktui runs on, as a single head node."""
-    ssh = SshSettings()
-    container = ContainerConfig()
-    node = NodeConfig(name=socket.gethostname() or "local", host="local", ip=None,
-                      role="head", ssh=ssh, container=container)
-    return Config(path=None, cluster_name="local", ssh=ssh, nodes=[node], container=container,
-                  ray=RayConfig(), vllm=VllmConfig())
+    node = NodeConfig(name=socket.gethostname() or "local", host="local", role="head")
+    return Config(cluster=ClusterSettings(name="local"), nodes=[node])
 
 
 # --------------------------------------------------------------------------- parsing
 
+_HINTS = {
+    ("nodes",): "missing 'nodes:' (a list of {name, host, ip, role})",
+    ("host",): "missing 'host' (SSH address, ~/.ssh/config alias, or 'local')",
+    ("run",): "missing 'run' (the script and its arguments, as a list)",
+}
 
-def _expand(value: str) -> str:
-    return os.path.expandvars(os.path.expanduser(value))
 
-
-class _Reader:
-    """Validates a composed YAML tree, reporting errors at the offending node's line."""
-
-    def __init__(self, file: str, loader: yaml.SafeLoader) -> None:
-        self.file = file
-        self.loader = loader
-
-    def fail(self, node: yaml.Node | None, message: str) -> ConfigError:
-        line = node.start_mark.line + 1 if node is not None else None
-        return ConfigError(self.file, line, message)
-
-    def mapping(self, node: yaml.Node, what: str, allowed: tuple[str, ...] | None = None
-                ) -> dict[str, tuple[yaml.Node, yaml.Node]]:
-        if not isinstance(node, yaml.MappingNode):
-            raise self.fail(node, f"{what} must be a mapping (key: value)")
-        out: dict[str, tuple[yaml.Node, yaml.Node]] = {}
-        for k, v in node.value:
-            if not isinstance(k, yaml.ScalarNode):
-                raise self.fail(k, f"{what}: keys must be plain names")
-            key = k.value
-            if key in out:
-                raise self.fail(k, f"{what}: duplicate key '{key}'")
-            if allowed is not None and key not in allowed:
-                raise self.fail(k, f"{what}: unknown key '{key}' (known: {', '.join(allowed)})")
-            out[key] = (k, v)
+def _describe_for(data: Any) -> Callable[[KeyPath], str]:
+    """Names a path the way the user wrote it: `node 'spark-2'.ssh.port`, `nodes[0]`."""
+    def describe(path: KeyPath) -> str:
+        out = ""
+        for i, part in enumerate(path):
+            if isinstance(part, int):
+                name = None
+                if path[:i] == ("nodes",) and isinstance(data, dict):
+                    items = data.get("nodes")
+                    item = items[part] if isinstance(items, list) and part < len(items) else None
+                    name = item.get("name") if isinstance(item, dict) else None
+                out = f"node '{name}'" if isinstance(name, str) and name else f"{out}[{part}]"
+            else:
+                out = f"{out}.{part}" if out else str(part)
         return out
-
-    def scalar(self, node: yaml.Node) -> Any:
-        if not isinstance(node, yaml.ScalarNode):
-            return None
-        return self.loader.construct_object(node, deep=True)
-
-    def str_(self, node: yaml.Node, what: str, expand: bool = True) -> str:
-        value = self.scalar(node) if isinstance(node, yaml.ScalarNode) else None
-        if value is None or isinstance(value, (bool, list, dict)) or value == "":
-            raise self.fail(node, f"{what} must be a non-empty string")
-        text = str(value)
-        return _expand(text) if expand else text
-
-    def opt_str(self, node: yaml.Node, what: str, expand: bool = True) -> str | None:
-        if isinstance(node, yaml.ScalarNode) and self.scalar(node) is None:
-            return None
-        return self.str_(node, what, expand)
-
-    def int_(self, node: yaml.Node, what: str, lo: int, hi: int) -> int:
-        value = self.scalar(node)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(node, f"{what} must be an integer")
-        if not lo <= value <= hi:
-            raise self.fail(node, f"{what} must be between {lo} and {hi}, not {value}")
-        return value
-
-    def float_(self, node: yaml.Node, what: str, lo: float, hi: float) -> float:
-        value = self.scalar(node)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(node, f"{what} must be a number")
-        if not lo <= value <= hi:
-            raise self.fail(node, f"{what} must be between {lo:g} and {hi:g}, not {value}")
-        return float(value)
-
-    def bool_(self, node: yaml.Node, what: str) -> bool:
-        value = self.scalar(node)
-        if not isinstance(value, bool):
-            raise self.fail(node, f"{what} must be true or false")
-        return value
-
-    def str_list(self, node: yaml.Node, what: str) -> list[str]:
-        if isinstance(node, yaml.ScalarNode) and self.scalar(node) is None:
-            return []
-        if not isinstance(node, yaml.SequenceNode):
-            raise self.fail(node, f"{what} must be a list of strings, e.g. [\"--flag\", \"value\"]")
-        out = []
-        for item in node.value:
-            value = self.scalar(item)
-            if value is None or isinstance(value, (bool, list, dict)):
-                raise self.fail(item, f"{what}: every item must be a string or number")
-            out.append(str(value))
-        return out
-
-    def env(self, node: yaml.Node, what: str) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for key, (k, v) in self.mapping(node, what).items():
-            if not ENV_NAME_RE.match(key):
-                raise self.fail(k, f"{what}: '{key}' is not a valid environment variable name")
-            value = self.scalar(v)
-            if value is None or isinstance(value, (list, dict)):
-                raise self.fail(v, f"{what}.{key} must be a string")
-            if isinstance(value, bool):
-                value = "1" if value else "0"
-            out[key] = _expand(str(value))
-        return out
-
-    def ip(self, node: yaml.Node, what: str) -> str:
-        text = self.str_(node, what)
-        try:
-            return str(ipaddress.ip_address(text))
-        except ValueError:
-            raise self.fail(node, f"{what}: '{text}' is not an IP address") from None
+    return describe
 
 
-SSH_KEYS = ("user", "identity_file", "known_hosts", "port", "config_file",
-            "strict_host_key_checking", "connect_timeout", "keepalive_interval", "ciphers")
-
-
-def _ssh(r: _Reader, node: yaml.Node, base: SshSettings, what: str) -> SshSettings:
-    s = SshSettings(**vars(base))
-    for key, (_k, v) in r.mapping(node, what, SSH_KEYS).items():
-        w = f"{what}.{key}"
-        if key == "port":
-            s.port = r.int_(v, w, 1, 65535)
-        elif key == "strict_host_key_checking":
-            s.strict_host_key_checking = r.bool_(v, w)
-        elif key in ("connect_timeout", "keepalive_interval"):
-            setattr(s, key, r.float_(v, w, 0.1, 3600))
-        elif key == "ciphers":
-            s.ciphers = r.opt_str(v, w) or None
-            if s.ciphers is not None and not CIPHERS_RE.fullmatch(s.ciphers):
-                raise r.fail(v, f"{w}: '{s.ciphers}' is not an OpenSSH cipher list "
-                                "(e.g. aes256-gcm@openssh.com,chacha20-poly1305@openssh.com)")
-        else:
-            setattr(s, key, r.opt_str(v, w))
-    return s
-
-
-def _container(r: _Reader, node: yaml.Node, base: ContainerConfig, what: str) -> ContainerConfig:
-    c = ContainerConfig(name=base.name, image=base.image, run_args=list(base.run_args),
-                        env=dict(base.env))
-    for key, (_k, v) in r.mapping(node, what, ("name", "image", "run_args", "env")).items():
-        w = f"{what}.{key}"
-        if key == "name":
-            c.name = r.str_(v, w, expand=False)
-            if not re.match(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$", c.name):
-                raise r.fail(v, f"{w}: '{c.name}' is not a valid docker container name")
-        elif key == "image":
-            c.image = r.opt_str(v, w)
-        elif key == "run_args":
-            c.run_args = r.str_list(v, w)
-        else:
-            c.env.update(r.env(v, w))
-    return c
-
-
-TOP_KEYS = ("cluster", "ssh", "nodes", "container", "ray", "vllm", "theme", "read_only",
-            "keymap", "refresh_interval", "actions", "patterns")
-NODE_KEYS = ("name", "host", "ip", "role", "ssh", "container", "user", "port", "identity_file")
+def _explain(describe: Callable[[KeyPath], str]) -> Callable[[KeyPath, ErrorDetails], str]:
+    def explain(path: KeyPath, err: ErrorDetails) -> str:
+        kind = err["type"]
+        if kind == "missing":
+            hint = _HINTS.get(path) or _HINTS.get(path[-1:]) if path[:1] != ("nodes",) or \
+                len(path) > 1 else None
+            if path == ("nodes",):
+                return _HINTS[("nodes",)]
+            if hint:
+                return f"{describe(path[:-1])}: {hint}"
+        if path == ("nodes",) and kind in ("list_type", "too_short"):
+            return "'nodes' must be a non-empty list of {name, host, ip, role}"
+        if len(path) == 3 and path[0] == "actions" and path[2] == "run" and kind == "too_short":
+            return f"{describe(path)} must not be empty"
+        return ""
+    return explain
 
 
 def parse(text: str, file: str = "<config>") -> Config:
-    loader = yaml.SafeLoader(text)
+    """Validate a config file's text; ConfigError at the first problem's line."""
     try:
-        try:
-            root = loader.get_single_node()
-        except yaml.MarkedYAMLError as e:
-            mark = e.problem_mark or e.context_mark
-            line = mark.line + 1 if mark else None
-            problem = e.problem or "invalid YAML"
-            lines = text.splitlines()
-            if mark is not None and mark.line < len(lines) and "\t" in lines[mark.line]:
-                problem += " (tabs are not allowed for indentation in YAML; use spaces)"
-            raise ConfigError(file, line, f"YAML syntax error: {problem}") from None
-        except yaml.YAMLError as e:
-            raise ConfigError(file, None, f"YAML error: {e}") from None
-        if root is None:
+        data, lines = compose(text, file)
+        if data is None:
             raise ConfigError(file, 1, "the config is empty: it needs at least 'nodes:'")
-        r = _Reader(file, loader)
-        top = r.mapping(root, "config", TOP_KEYS)
-        return _build(r, root, top, file)
-    finally:
-        loader.dispose()
+        describe = _describe_for(data)
+        cfg = validate(Config, data, lines, file, describe, _explain(describe))
+    except ConfigError:
+        raise
+    except YamlError as e:
+        raise ConfigError(e.file, e.line, e.message) from None
+    return _resolve(cfg, lines, file)
 
 
-def _build(r: _Reader, root: yaml.Node, top: dict, file: str) -> Config:
-    cluster_name = "cluster"
-    if "cluster" in top:
-        _k, v = top["cluster"]
-        if isinstance(v, yaml.ScalarNode):
-            cluster_name = r.str_(v, "cluster")
-        else:
-            cl = r.mapping(v, "cluster", ("name",))
-            if "name" in cl:
-                cluster_name = r.str_(cl["name"][1], "cluster.name")
-
-    ssh = SshSettings()
-    if "ssh" in top:
-        ssh = _ssh(r, top["ssh"][1], ssh, "ssh")
-
-    container = ContainerConfig()
-    if "container" in top:
-        container = _container(r, top["container"][1], container, "container")
-
-    ray = RayConfig()
-    if "ray" in top:
-        for key, (_k, v) in r.mapping(top["ray"][1], "ray",
-                                      ("port", "dashboard_port", "extra_args")).items():
-            if key == "extra_args":
-                ray.extra_args = r.str_list(v, "ray.extra_args")
-            else:
-                setattr(ray, key, r.int_(v, f"ray.{key}", 1, 65535))
-
-    vllm = VllmConfig()
-    if "vllm" in top:
-        for key, (_k, v) in r.mapping(top["vllm"][1], "vllm",
-                                      ("model", "args", "port", "log", "health_timeout")).items():
-            w = f"vllm.{key}"
-            if key == "model":
-                vllm.model = r.opt_str(v, w)
-            elif key == "args":
-                vllm.args = r.str_list(v, w)
-            elif key == "port":
-                vllm.port = r.int_(v, w, 1, 65535)
-            elif key == "health_timeout":
-                vllm.health_timeout = r.float_(v, w, 1, 86400)
-            else:
-                vllm.log = r.str_(v, w)
-                if not vllm.log.startswith("/"):
-                    raise r.fail(v, f"{w} must be an absolute path on the head node")
-
-    if "nodes" not in top:
-        raise ConfigError(file, root.start_mark.line + 1,
-                          "missing 'nodes:' (a list of {name, host, ip, role})")
-    nodes_node = top["nodes"][1]
-    if not isinstance(nodes_node, yaml.SequenceNode) or not nodes_node.value:
-        raise r.fail(nodes_node, "'nodes' must be a non-empty list of {name, host, ip, role}")
-    nodes: list[NodeConfig] = []
+def _resolve(cfg: Config, lines: Lines, file: str) -> Config:
+    """Rules across fields, and per-node settings merged over the shared ones."""
     seen_names: dict[str, int] = {}
     seen_ips: dict[str, str] = {}
-    for i, item in enumerate(nodes_node.value):
-        what = f"nodes[{i}]"
-        m = r.mapping(item, what, NODE_KEYS)
-        if "name" not in m:
-            raise r.fail(item, f"{what}: missing 'name'")
-        name = r.str_(m["name"][1], f"{what}.name", expand=False)
-        if not NAME_RE.match(name):
-            raise r.fail(m["name"][1], f"{what}.name '{name}': use letters, digits, '.', '_', '-'")
-        what = f"node '{name}'"
-        if name in seen_names:
-            raise r.fail(m["name"][1], f"duplicate node name '{name}' (first on line {seen_names[name]})")
-        seen_names[name] = m["name"][1].start_mark.line + 1
-        if "host" not in m:
-            raise r.fail(item, f"{what}: missing 'host' (SSH address, ~/.ssh/config alias, or 'local')")
-        host = r.str_(m["host"][1], f"{what}.host")
-        if host.startswith("-") or any(ch.isspace() for ch in host):
-            raise r.fail(m["host"][1], f"{what}.host '{host}' is not a host name or address")
-        ip = None
-        if "ip" in m:
-            ip = r.ip(m["ip"][1], f"{what}.ip")
-            if ip in seen_ips:
-                raise r.fail(m["ip"][1], f"{what}.ip {ip} is already the ip of node '{seen_ips[ip]}'")
-            seen_ips[ip] = name
-        role = "worker"
-        if "role" in m:
-            role = r.str_(m["role"][1], f"{what}.role")
-            if role not in ROLES:
-                raise r.fail(m["role"][1], f"{what}.role must be 'head' or 'worker', not '{role}'")
-        node_ssh = ssh
-        if "ssh" in m:
-            node_ssh = _ssh(r, m["ssh"][1], ssh, f"{what}.ssh")
-        for short in ("user", "port", "identity_file"):
-            if short in m:
-                node_ssh = SshSettings(**vars(node_ssh))
-                v = m[short][1]
-                if short == "port":
-                    node_ssh.port = r.int_(v, f"{what}.port", 1, 65535)
-                else:
-                    setattr(node_ssh, short, r.str_(v, f"{what}.{short}"))
-        node_container = container
-        if "container" in m:
-            node_container = _container(r, m["container"][1], container, f"{what}.container")
-        nodes.append(NodeConfig(name=name, host=host, ip=ip, role=role, ssh=node_ssh,
-                                container=node_container, line=item.start_mark.line + 1))
-    heads = [n for n in nodes if n.role == "head"]
-    if len(heads) != 1:
-        line = nodes_node.start_mark.line + 1
-        if len(heads) > 1:
-            raise ConfigError(file, heads[1].line, f"two head nodes ('{heads[0].name}' and "
-                              f"'{heads[1].name}'): exactly one node has role: head")
-        if len(nodes) > 1:
-            raise ConfigError(file, line, "no node has role: head (exactly one must)")
-        nodes[0].role = "head"
-
-    cfg = Config(path=file, cluster_name=cluster_name, ssh=ssh, nodes=nodes,
-                 container=container, ray=ray, vllm=vllm)
-
-    if "theme" in top:
-        cfg.theme = r.opt_str(top["theme"][1], "theme")
-    if "read_only" in top:
-        cfg.read_only = r.bool_(top["read_only"][1], "read_only")
-    if "refresh_interval" in top:
-        cfg.refresh_interval = r.float_(top["refresh_interval"][1], "refresh_interval", 0.2, 3600)
-    if "keymap" in top:
-        for key, (_k, v) in r.mapping(top["keymap"][1], "keymap").items():
-            cfg.keymap[key] = r.str_(v, f"keymap.{key}", expand=False)
-    if "actions" in top:
-        for key, (_k, v) in r.mapping(top["actions"][1], "actions", ACTION_NAMES).items():
-            cfg.actions[key] = _script_action(r, key, v, cfg)
-    if "patterns" in top:
-        pnode = top["patterns"][1]
-        if not isinstance(pnode, yaml.SequenceNode):
-            raise r.fail(pnode, "'patterns' must be a list of crash patterns")
-        cfg.patterns = r.loader.construct_object(pnode, deep=True)
-        cfg.patterns_line = pnode.start_mark.line + 1
-    return cfg
-
-
-def _script_action(r: _Reader, key: str, v: yaml.Node, cfg: Config) -> ScriptAction:
-    what = f"actions.{key}"
-    m = r.mapping(v, what, ("run", "nodes", "timeout"))
-    if "run" not in m:
-        raise r.fail(v, f"{what}: missing 'run' (the script and its arguments, as a list)")
-    run_node = m["run"][1]
-    if isinstance(run_node, yaml.ScalarNode):
-        run = [r.str_(run_node, f"{what}.run")]
-    else:
-        run = r.str_list(run_node, f"{what}.run")
-        if not run:
-            raise r.fail(run_node, f"{what}.run must not be empty")
+    for i, node in enumerate(cfg.nodes):
+        node._line = lines.of(("nodes", i))
+        name_line = lines.of(("nodes", i, "name")) or 1
+        if node.name in seen_names:
+            raise ConfigError(file, name_line, f"duplicate node name '{node.name}' "
+                              f"(first on line {seen_names[node.name]})")
+        seen_names[node.name] = name_line
+        if node.ip is not None:
+            if node.ip in seen_ips:
+                raise ConfigError(file, lines.of(("nodes", i, "ip")),
+                                  f"node '{node.name}'.ip {node.ip} is already the ip of node "
+                                  f"'{seen_ips[node.ip]}'")
+            seen_ips[node.ip] = node.name
+        short = {k: getattr(node, k) for k in ("user", "port", "identity_file")
+                 if k in node.model_fields_set}
+        node.ssh = cfg.ssh.model_copy(update={
+            **{k: getattr(node.ssh, k) for k in node.ssh.model_fields_set}, **short})
+        own = node.container
+        node.container = cfg.container.model_copy(update={
+            **{k: getattr(own, k) for k in own.model_fields_set if k != "env"},
+            "env": {**cfg.container.env, **own.env}})
+    heads = [n for n in cfg.nodes if n.role == "head"]
+    if len(heads) > 1:
+        raise ConfigError(file, heads[1].line, f"two head nodes ('{heads[0].name}' and "
+                          f"'{heads[1].name}'): exactly one node has role: head")
+    if not heads:
+        if len(cfg.nodes) > 1:
+            raise ConfigError(file, lines.of(("nodes",)),
+                              "no node has role: head (exactly one must)")
+        cfg.nodes[0].role = "head"
     names = [n.name for n in cfg.nodes]
-    nodes = [cfg.head.name]
-    if "nodes" in m:
-        nodes_node = m["nodes"][1]
-        if isinstance(nodes_node, yaml.ScalarNode) and r.scalar(nodes_node) == "all":
-            nodes = names
-        else:
-            nodes = r.str_list(nodes_node, f"{what}.nodes")
-            for n in nodes:
-                if n not in names:
-                    raise r.fail(nodes_node, f"{what}.nodes: no node named '{n}'")
-    timeout = 600.0
-    if "timeout" in m:
-        timeout = r.float_(m["timeout"][1], f"{what}.timeout", 1, 86400)
-    return ScriptAction(name=key, run=run, nodes=nodes, timeout=timeout)
+    for name, action in cfg.scripts.items():
+        action._name = name
+        if action.nodes == "all":
+            action.nodes = names
+        elif not action.nodes:
+            action.nodes = [cfg.head.name]
+        for n in action.nodes:
+            if n not in names:
+                raise ConfigError(file, lines.of(("actions", name, "nodes")),
+                                  f"actions.{name}.nodes: no node named '{n}'")
+    cfg._path = file
+    cfg._patterns_line = lines.of(("patterns",)) if "patterns" in cfg.model_fields_set else None
+    return cfg

@@ -89,14 +89,32 @@ def test_missing_config_file_is_reported():
     assert proc.stderr.strip() == "/nonexistent/x.yaml:1: config file not found"
 
 
+def model_keys(model=config.Config, prefix=""):
+    """Every key the config model declares, as dotted paths (nodes[] items as `nodes.`)."""
+    from sparktui.yamlmodel import _inner_model
+    for name, info in model.model_fields.items():
+        yield prefix + name
+        inner = _inner_model(info.annotation)
+        if inner is not None and inner is not model:
+            yield from model_keys(inner, f"{prefix}{name}.")
+
+
 def test_example_config_documents_every_key_and_loads():
     cfg = config.load(str(ROOT / "config.example.yaml"))
     assert [n.name for n in cfg.nodes] == ["spark-1", "spark-2"]
     assert cfg.head.name == "spark-1" and cfg.head.ip == "192.168.200.12"
     assert cfg.vllm.parallel_size() == 2
     text = (ROOT / "config.example.yaml").read_text()
-    for key in config.TOP_KEYS + config.SSH_KEYS + ("run_args", "extra_args", "log", "env"):
-        assert re.search(rf"^\s*#?\s*{key}:", text, re.M), f"{key} undocumented"
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("| key | what |"):]
+    table = table[:table.index("\n\n")]
+    keys = list(model_keys())
+    assert len(keys) > 40 and "nodes.ssh.ciphers" in keys
+    for key in keys:
+        leaf = key.rsplit(".", 1)[-1]
+        assert re.search(rf"^\s*#?\s*(- )?{leaf}:|[{{,]\s*{leaf}:", text, re.M), \
+            f"{key} undocumented in config.example.yaml"
+        assert f"`{leaf}`" in table or f"`{key}`" in table, f"{key} missing from the README table"
 
 
 def test_expansion_overrides_and_defaults(tmp_path, monkeypatch):
