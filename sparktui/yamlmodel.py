@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
-from pydantic_core import PydanticCustomError, ErrorDetails
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 Path = tuple[str | int, ...]
 
