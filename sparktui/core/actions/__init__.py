@@ -2,7 +2,12 @@
 
 Public API (the CLI and the TUI use only this):
 
-- `ACTIONS` / `available_actions(read_only)`: the registry, with a `mutating` flag each.
+- `ACTIONS`: the registry (id, title, description, mutating, default key, confirm). The
+  console builds its bindings, help and palette from it, the CLI its action subcommands
+  and their help.
+- `refusal(name, read_only)` / `available_actions(read_only)`: the one read-only decision
+  (a mutating action is refused in read-only mode); the executor and the transport refuse
+  again below it.
 - `build_plan(name, cfg) -> Plan`: what the action would run (script mode honoured);
   `Plan.render()` is the dry-run text, `Plan.to_dict()` its JSON.
 - `await run_action(name, cfg, transports=None, on_event=None, force=False) -> ActionResult`:
@@ -11,8 +16,15 @@ Public API (the CLI and the TUI use only this):
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import logging
+import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+from sparktui.core.actions.doctor import run_doctor
 from sparktui.core.actions.executor import (
     ActionEvent,
     ActionResult,
@@ -23,42 +35,72 @@ from sparktui.core.actions.executor import (
 )
 from sparktui.core.actions.lock import ActionBusy, action_lock, running_action
 from sparktui.core.actions.plan import Plan, PlanError, Stage, Step
+from sparktui.core.model import ClusterSnapshot, Finding
+from sparktui.core.transport import Transport
+
+if TYPE_CHECKING:
+    from sparktui.config import Config
 
 __all__ = [
     "ACTIONS", "ActionBusy", "ActionEvent", "ActionResult", "ActionSpec", "EventCallback",
     "Executor", "Plan", "PlanError", "Stage", "Step", "StepResult", "action_lock",
-    "available_actions", "build_plan", "execute", "run_action", "running_action",
+    "available_actions", "build_plan", "execute", "refusal", "run_action", "running_action",
 ]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class ActionSpec:
-    name: str
-    title: str
-    description: str
-    mutating: bool
-    key: str  # default console key (the user's keymap may remap it by `name`)
-    confirm: bool  # ask before running
+    """One action, as every front end describes and offers it."""
+
+    id: str  # CLI subcommand; console keymap id (the console calls doctor "preflight")
+    title: str  # console footer and palette
+    description: str  # console help and palette, CLI help
+    mutating: bool  # changes the nodes: refused in read-only mode
+    key: str  # default console key (the user's keymap may remap it)
+    confirm: bool  # ask before running (console dialog, CLI prompt or --yes)
+
+    @property
+    def name(self) -> str:
+        return self.id
 
 
-ACTIONS: dict[str, ActionSpec] = {a.name: a for a in (
-    ActionSpec("teardown", "Tear down", "stop and remove the container on every node "
-               "(serve process included)", True, "t", True),
-    ActionSpec("restart", "Restart", "tear down, start the Ray head then the workers pinned "
-               "to the configured IPs, wait until every node is alive", True, "r", True),
-    ActionSpec("serve", "Serve", "preflight, then vllm serve on the head (detached, output to "
-               "the log), wait for /health", True, "s", True),
-    ActionSpec("doctor", "Doctor", "preflight checks: reachability, image, Ray nodes and IPs, "
-               "interfaces, GPUs, model path, memory, stale containers, ports", False, "d", False),
+ACTIONS: dict[str, ActionSpec] = {a.id: a for a in (
+    ActionSpec("teardown", "Teardown",
+               "Stop and remove the configured container on every node (vLLM and Ray, the "
+               "serve process included); asks first", True, "t", True),
+    ActionSpec("restart", "Restart",
+               "Tear down, then start the Ray head and then the workers pinned to the "
+               "configured IPs, and wait until every node is alive; asks first",
+               True, "r", True),
+    ActionSpec("serve", "Serve",
+               "Preflight, then start vLLM on the head (detached, output to the log) and wait "
+               "until /health answers; asks first", True, "s", True),
+    ActionSpec("doctor", "Preflight",
+               "Preflight checks, changing nothing: reachability, image, Ray nodes and IPs, "
+               "interfaces, GPUs, model path, memory, stale containers, ports",
+               False, "d", False),
 )}
 
 
+def refusal(name: str, read_only: bool) -> str | None:
+    """Why action `name` may not run in this mode, or None when it may. The one place that
+    decides it: front ends ask here (the executor and the transport refuse again)."""
+    spec = ACTIONS.get(name)
+    if spec is None:
+        return f"unknown action '{name}' (known: {', '.join(ACTIONS)})"
+    if read_only and spec.mutating:
+        return f"read-only mode: '{name}' changes nodes and is refused"
+    return None
+
+
 def available_actions(read_only: bool) -> list[ActionSpec]:
-    """The actions this console may offer: in read-only mode the mutating ones are dropped."""
-    return [a for a in ACTIONS.values() if not (read_only and a.mutating)]
+    """The actions this mode offers: in read-only mode the mutating ones are dropped."""
+    return [a for a in ACTIONS.values() if refusal(a.id, read_only) is None]
 
 
-def build_plan(name: str, cfg) -> Plan:
+def build_plan(name: str, cfg: Config) -> Plan:
     """The plan for action `name` from the config; script mode when `actions.<name>` is set.
     Raises PlanError (one line for the user) when the config cannot give it."""
     from sparktui.core.actions import builtin, doctor, script
@@ -85,27 +127,21 @@ SERVE_BLOCKERS = ("vllm-already-serving",)
 async def _notify(on_event: EventCallback | None, ev: ActionEvent) -> None:
     if on_event is None:
         return
-    import inspect
-
     try:
         out = on_event(ev)
         if inspect.isawaitable(out):
             await out
-    except Exception:
-        pass
+    except Exception:  # a front end's bug must not break the action half-way
+        log.exception("progress callback failed on %s %s", ev.action, ev.state)
 
 
-async def run_action(name: str, cfg, transports: dict | None = None,
+async def run_action(name: str, cfg: Config, transports: dict[str, Transport] | None = None,
                      on_event: EventCallback | None = None, *, force: bool = False,
-                     lock_file=None) -> ActionResult:
+                     lock_file: Path | None = None) -> ActionResult:
     """Run one action to its end and say how it went (never raises for a failed action;
     cancelling the awaiting task stops waiting, never the nodes' work).
 
     Preflight events (serve) carry stage -1 and node "cluster"."""
-    import asyncio
-    import time
-
-    from sparktui.core.actions.doctor import run_doctor
     from sparktui.core.ssh import transport_for
 
     start = time.monotonic()
@@ -114,48 +150,17 @@ async def run_action(name: str, cfg, transports: dict | None = None,
         transports = {n.name: transport_for(n, read_only=cfg.read_only) for n in cfg.nodes}
     try:
         if name == "doctor":
-            report = await run_doctor(cfg, transports)
-            errors = report.errors
-            return ActionResult("doctor", not errors, "failed" if errors else "ok",
-                                f"{len(errors)} error(s), {len(report.findings)} finding(s)",
-                                findings=report.findings, duration=time.monotonic() - start)
+            return await _doctor(cfg, transports, start)
         try:
             plan = build_plan(name, cfg)
         except PlanError as e:
             return ActionResult(name, False, "aborted", str(e))
         executor = Executor(plan, transports, on_event, read_only=cfg.read_only)
         if executor.refusal() is not None:
-            return await executor.run()
+            return await executor.run()  # refused step by step, audited, nothing sent
         try:
             with action_lock(name, lock_file):
-                findings = []
-                if plan.preflight:
-                    pre = ActionEvent(name, -1, "preflight", -1, "cluster",
-                                      "preflight checks (doctor)", "running")
-                    await _notify(on_event, pre)
-                    report = await run_doctor(cfg, transports)
-                    findings = report.findings
-                    blocking = [f for f in findings
-                                if f.severity == "error" or f.id in SERVE_BLOCKERS]
-                    if blocking and not force:
-                        msg = (f"preflight found {len(blocking)} problem(s), first: "
-                               f"{blocking[0].message}")
-                        await _notify(on_event, ActionEvent(
-                            name, -1, "preflight", -1, "cluster", pre.description, "failed",
-                            msg))
-                        return ActionResult(name, False, "aborted", msg, findings=findings,
-                                            duration=time.monotonic() - start)
-                    await _notify(on_event, ActionEvent(
-                        name, -1, "preflight", -1, "cluster", pre.description, "ok",
-                        f"{len(findings)} finding(s), none blocking" if not blocking
-                        else f"{len(blocking)} problem(s) ignored (--force)"))
-                result = await executor.run()
-                result.findings = findings + result.findings
-                if name == "serve" and not result.ok and plan.source == "builtin":
-                    diag, result.log_tail = await _diagnose_serve(cfg, transports)
-                    result.findings = diag + result.findings
-                result.duration = time.monotonic() - start
-                return result
+                return await _locked(plan, executor, cfg, transports, on_event, force, start)
         except ActionBusy as e:
             return ActionResult(name, False, "busy", str(e))
     finally:
@@ -164,11 +169,62 @@ async def run_action(name: str, cfg, transports: dict | None = None,
                                  return_exceptions=True)
 
 
-async def _diagnose_serve(cfg, transports: dict) -> tuple[list, str]:
+async def _doctor(cfg: Config, transports: dict[str, Transport], start: float) -> ActionResult:
+    report = await run_doctor(cfg, transports)
+    errors = report.errors
+    return ActionResult("doctor", not errors, "failed" if errors else "ok",
+                        f"{len(errors)} error(s), {len(report.findings)} finding(s)",
+                        findings=report.findings, duration=time.monotonic() - start)
+
+
+async def _locked(plan: Plan, executor: Executor, cfg: Config,
+                  transports: dict[str, Transport], on_event: EventCallback | None,
+                  force: bool, start: float) -> ActionResult:
+    """With the action lock held: preflight (when the plan asks for it), execute, and on a
+    failed built-in serve the diagnosis of its log."""
+    findings: list[Finding] = []
+    if plan.preflight:
+        findings, stop = await preflight(plan.action, cfg, transports, on_event, force=force)
+        if stop is not None:
+            stop.duration = time.monotonic() - start
+            return stop
+    result = await executor.run()
+    result.findings = findings + result.findings
+    if plan.action == "serve" and not result.ok and plan.source == "builtin":
+        diag, result.log_tail = await _diagnose_serve(cfg, transports)
+        result.findings = diag + result.findings
+    result.duration = time.monotonic() - start
+    return result
+
+
+async def preflight(name: str, cfg: Config, transports: dict[str, Transport],
+                    on_event: EventCallback | None, *, force: bool = False
+                    ) -> tuple[list[Finding], ActionResult | None]:
+    """The doctor before an action: its findings, and the result to stop with when one of
+    them blocks (an error, or a SERVE_BLOCKERS finding) and `force` is not given."""
+    what = "preflight checks (doctor)"
+    await _notify(on_event, ActionEvent(name, -1, "preflight", -1, "cluster", what, "running"))
+    findings = (await run_doctor(cfg, transports)).findings
+    blocking = [f for f in findings if f.severity == "error" or f.id in SERVE_BLOCKERS]
+    if blocking and not force:
+        msg = f"preflight found {len(blocking)} problem(s), first: {blocking[0].message}"
+        await _notify(on_event, ActionEvent(name, -1, "preflight", -1, "cluster", what,
+                                            "failed", msg))
+        return findings, ActionResult(name, False, "aborted", msg, findings=findings)
+    await _notify(on_event, ActionEvent(
+        name, -1, "preflight", -1, "cluster", what, "ok",
+        f"{len(findings)} finding(s), none blocking" if not blocking
+        else f"{len(blocking)} problem(s) ignored (--force)"))
+    return findings, None
+
+
+async def _diagnose_serve(cfg: Config, transports: dict[str, Transport]
+                          ) -> tuple[list[Finding], str]:
     """Read this run's part of the vLLM log on the head and diagnose it, with live state
     joined in (the fix names the node and the IP)."""
     from sparktui.core.actions.builtin import SERVE_MARKER_PREFIX
     from sparktui.core.command import cmd
+    from sparktui.core.safe_text import clean
 
     head = cfg.head
     t = transports.get(head.name)
@@ -179,28 +235,34 @@ async def _diagnose_serve(cfg, transports: dict) -> tuple[list, str]:
               cmd("tail", "-n", "5000", cfg.vllm.log)):
         try:
             r = await t.run(c)
-        except Exception:
+        except Exception:  # the other place may still have it; the failure is reported anyway
+            log.warning("reading the vLLM log on %s failed (%s)", head.name, c.argv[0],
+                        exc_info=True)
             continue
         if r.ok and r.stdout:
             text = r.stdout
             break
     if SERVE_MARKER_PREFIX in text:
         text = text[text.rindex(SERVE_MARKER_PREFIX):]
-    snapshot = None
-    if text:
-        try:
-            from sparktui.core.monitor import Monitor
-
-            snapshot = await Monitor(cfg, transports).refresh(wait=None, with_ray=True)
-        except Exception:
-            snapshot = None
-    from sparktui.core.safe_text import clean
-
+    snapshot = await _snapshot_for_diagnosis(cfg, transports) if text else None
     tail = "\n".join(clean(ln) for ln in text.splitlines()[-LOG_TAIL_LINES:])
     return diagnose_log_text(text, cfg, snapshot), tail
 
 
-def diagnose_log_text(text: str, cfg, snapshot=None) -> list:
+async def _snapshot_for_diagnosis(cfg: Config, transports: dict[str, Transport]
+                                  ) -> ClusterSnapshot | None:
+    """Live state to join into the diagnosis; without it the fixes name no live IPs."""
+    from sparktui.core.monitor import Monitor
+
+    try:
+        return await Monitor(cfg, transports).refresh(wait=None, with_ray=True)
+    except Exception:  # the diagnosis still stands without live names and IPs
+        log.warning("no live snapshot for the serve diagnosis", exc_info=True)
+        return None
+
+
+def diagnose_log_text(text: str, cfg: Config, snapshot: ClusterSnapshot | None = None
+                      ) -> list[Finding]:
     """The knowledge base's findings on a log text, root cause first (the one call site of
     sparktui.knowledge here). A broken knowledge base never hides the failure itself."""
     if not text:
@@ -211,4 +273,5 @@ def diagnose_log_text(text: str, cfg, snapshot=None) -> list:
         findings = diagnose_bytes(text.encode("utf-8", "replace"), Matcher(load_for_config(cfg)))
         return list(join(findings, snapshot)) if snapshot is not None else list(findings)
     except Exception:  # diagnosis is a help, never a reason to crash the report
+        log.exception("diagnosing the serve log failed")
         return []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from sparktui.core.model import Finding
 from sparktui.core.safe_text import clean_text
 from sparktui.core.secrets import mask_argv
 from sparktui.core.transport import ReadOnlyError, Transport, TransportError
+
+log = logging.getLogger(__name__)
 
 StepState = Literal["pending", "running", "ok", "failed", "skipped", "refused", "cancelled"]
 ActionState = Literal["ok", "failed", "refused", "busy", "cancelled", "aborted"]
@@ -148,7 +151,8 @@ class Executor:
             if inspect.isawaitable(out):
                 await out
         except Exception:  # a UI bug must not break the action half-way
-            pass
+            log.exception("progress callback failed on %s step %d (%s)", self.plan.action,
+                          r.step, state)
 
     def _audit(self, node: str, c: Command, status: str, result: Result | None = None,
                message: str = "") -> None:
