@@ -140,15 +140,17 @@ def words(err: ErrorDetails) -> str:
 
 def validate(model: type[BaseModel], data: Any, lines: Lines, file: str,
              describe: Callable[[Path], str], explain: Callable[[Path, ErrorDetails], str] | None = None,
-             context: dict[str, Any] | None = None) -> Any:
-    """`model` validated from `data`, or YamlError at the first error's line."""
+             context: dict[str, Any] | None = None, root: str = "config") -> Any:
+    """`model` validated from `data`, or YamlError at the first error's line.
+
+    `root` names the whole file in messages ("config: unknown key ...")."""
     try:
         return model.model_validate(data, context=context)
     except ValidationError as exc:
         path, line, err = first_error(exc, lines)
         message = explain(path, err) if explain else ""
         if not message:
-            message = default_message(path, err, describe, model)
+            message = default_message(path, err, lambda p: describe(p) or root, model)
         raise YamlError(file, line, message) from None
 
 
@@ -159,11 +161,11 @@ def default_message(path: Path, err: ErrorDetails, describe: Callable[[Path], st
     if kind == "extra_forbidden":
         known = known_keys(model, path[:-1])
         hint = f" (known: {', '.join(known)})" if known else ""
-        return f"{describe(path[:-1]) or 'config'}: unknown key '{path[-1]}'{hint}"
+        return f"{describe(path[:-1])}: unknown key '{path[-1]}'{hint}"
     if kind == "missing":
-        return f"{describe(path[:-1]) or 'config'}: missing '{path[-1]}'"
+        return f"{describe(path[:-1])}: missing '{path[-1]}'"
     text = words(err)
-    what = describe(path) or "config"
+    what = describe(path)
     return f"{what} {text}" if text.startswith(("must ", "is ")) else f"{what}: {text}"
 
 

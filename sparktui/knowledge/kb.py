@@ -1,7 +1,7 @@
 """The crash knowledge base: load `patterns.yaml`, merge the user's patterns, validate.
 
 Everything a pattern says (category, role, regexes, fix, links) is data; this module only
-checks it and turns it into frozen dataclasses. A bad pattern is one `KnowledgeBaseError`
+checks it (pydantic models, the same means as the config) and hands out frozen models. A bad pattern is one `KnowledgeBaseError`
 whose message names where it came from, the pattern id and the field.
 """
 
@@ -11,11 +11,24 @@ import functools
 import re
 import string
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from sparktui.yamlmodel import rule, words
 
 CATEGORIES: tuple[str, ...] = (
     "placement_group_ip_mismatch",
@@ -33,8 +46,6 @@ CATEGORIES: tuple[str, ...] = (
     "docker_container_conflict",
     "dgx_spark_gb10",
 )
-ROLES: tuple[str, ...] = ("primary", "predictive", "secondary", "context", "benign")
-SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 DEFAULT_SEVERITY = {"primary": "error", "secondary": "error", "predictive": "warning",
                     "context": "info", "benign": "info"}
 MAX_SPAN = 10
@@ -43,43 +54,169 @@ DEFAULT_SPAN = 2
 PREFIX_CAPTURES = ("node_ip", "process")
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,79}$")
-_PATTERN_KEYS = ("id", "category", "role", "severity", "title", "message", "regex", "regexes",
-                 "anchor", "span", "explanation", "fix", "links", "silent", "enabled")
-_CATEGORY_KEYS = ("title", "explanation", "fix", "links", "defer")
-_RULE_KEYS = ("id", "when", "demote", "reroute")
+Role = Literal["primary", "predictive", "secondary", "context", "benign"]
+Severity = Literal["error", "warning", "info"]
+ROLES: tuple[str, ...] = get_args(Role)
+SEVERITIES: tuple[str, ...] = get_args(Severity)
 
 
 class KnowledgeBaseError(ValueError):
     """A pattern (or rule) is invalid. The message names source, pattern id and field."""
 
 
-@dataclass(frozen=True)
-class Category:
+def _strs(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if (not isinstance(value, (list, tuple)) or not value
+            or not all(isinstance(v, str) and v.strip() for v in value)):
+        raise rule("strs", "must be a string or a non-empty list of non-empty strings")
+    return tuple(v.strip() for v in value)
+
+
+def _prose(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise rule("prose", "must be a non-empty string")
+    return " ".join(value.split())
+
+
+def _links(value: Any) -> tuple[str, ...]:
+    links = _strs(value) if value else ()
+    for link in links:
+        if not re.match(r"^https?://\S+$", link):
+            raise rule("link", "not an http(s) URL: {link!r}", link=link)
+    return links
+
+
+def _compile(rx: Any) -> re.Pattern[str]:
+    if not isinstance(rx, str) or not rx:
+        raise rule("regex", "must be a non-empty string")
+    try:
+        return re.compile(rx)
+    except re.error as e:
+        raise rule("regex", "invalid regex {rx}: {e}", rx=repr(rx), e=str(e)) from None
+    except (OverflowError, RecursionError) as e:
+        raise rule("regex", "regex too complex: {e}", e=str(e)) from None
+
+
+def _regexes(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not value:
+        raise rule("regexes", "must be a regex or a non-empty list of regexes")
+    for rx in value:
+        _compile(rx)
+    return tuple(value)
+
+
+def _anchor(value: str | None) -> str | None:
+    if value is not None:
+        _compile(value)
+    return value
+
+
+def _span(value: int) -> int:
+    if not 0 <= value <= MAX_SPAN:
+        raise rule("span", "must be an integer from 0 to {max}", max=MAX_SPAN)
+    return value
+
+
+def _pattern_id(value: Any) -> str:
+    if not isinstance(value, str) or not _ID_RE.match(value):
+        raise rule("id", "must be a string of letters, digits and _.:- (got {value!r})",
+                   value=value)
+    return value
+
+
+Strs = Annotated[tuple[str, ...], BeforeValidator(_strs)]
+Prose = Annotated[str, BeforeValidator(_prose)]
+Links = Annotated[tuple[str, ...], BeforeValidator(_links)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Category(_Frozen):
+    """A taxonomy category: the defaults its patterns inherit."""
+
     name: str
-    title: str
-    explanation: str
-    fix: tuple[str, ...]
-    links: tuple[str, ...]
+    title: Prose
+    explanation: Prose
+    fix: Strs
+    links: Links = ()
     defer: bool = False
+    """Rank after other root causes of the same role (NCCL errors are often aftermath)."""
 
 
-@dataclass(frozen=True)
-class Pattern:
-    id: str
-    category: str
-    role: str
-    severity: str
-    title: str
-    regexes: tuple[str, ...]
-    compiled: tuple[re.Pattern[str], ...] = field(repr=False, compare=False)
-    anchor: str | None
-    span: int
-    message: str | None
-    explanation: str
-    fix: tuple[str, ...]
-    links: tuple[str, ...]
+class Pattern(_Frozen):
+    """A crash signature: the fields of patterns.yaml (see its header), validated."""
+
+    id: Annotated[str, BeforeValidator(_pattern_id)]
+    category: Literal[CATEGORIES]  # type: ignore[valid-type]
+    role: Role = "primary"
+    severity: Severity
+    title: Prose
+    regexes: Annotated[tuple[str, ...], BeforeValidator(_regexes)]
+    anchor: Annotated[str | None, AfterValidator(_anchor)] = None
+    span: Annotated[int, AfterValidator(_span)] = DEFAULT_SPAN
+    message: Prose | None = None
+    explanation: Prose
+    fix: Strs
+    links: Links = ()
     silent: bool = False
+    enabled: bool = True
     origin: str = "builtin"
+    _compiled: tuple[re.Pattern[str], ...] = PrivateAttr(default=())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _inherit(cls, item: Any, info: ValidationInfo) -> Any:
+        """Category defaults, default severity, and `regex` as the one-regex spelling."""
+        if not isinstance(item, Mapping):
+            return item
+        item = dict(item)
+        if "regex" in item and "regexes" in item:
+            raise rule("both", "give 'regex' or 'regexes', not both", field="regexes")
+        if "regex" in item:
+            item["regexes"] = item.pop("regex")
+        elif "regexes" not in item:
+            raise rule("missing", "missing", field="regex")
+        cat = (info.context or {}).get("categories", {}).get(item.get("category"))
+        if cat is not None:
+            item.setdefault("title", cat.title)
+            item.setdefault("explanation", cat.explanation)
+            item.setdefault("fix", list(cat.fix))
+        role = item.get("role", "primary")
+        item.setdefault("severity", DEFAULT_SEVERITY.get(role, "error")
+                        if isinstance(role, str) else "error")
+        return item
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Pattern:
+        if self.role == "benign" and self.severity != "info":
+            raise rule("benign", "a benign pattern must have severity info (it never alarms)",
+                       field="severity")
+        if self.silent and self.role != "benign":
+            raise rule("silent", "only a benign pattern can be silent", field="silent")
+        compiled = tuple(re.compile(rx) for rx in self.regexes)
+        if self.message is not None:
+            groups = set(PREFIX_CAPTURES).union(*(rx.groupindex for rx in compiled))
+            try:
+                names = _fields(self.message.replace("[[", "").replace("]]", ""))
+            except ValueError as e:
+                raise rule("template", "bad template: {e}", e=str(e), field="message") from None
+            for n in names:
+                if not n.isidentifier():
+                    raise rule("template", "bad placeholder {{{n}}}", n=n, field="message")
+                if n not in groups:
+                    raise rule("template", "{{{n}}} is not a named capture of the regexes",
+                               n=n, field="message")
+        self._compiled = compiled
+        return self
+
+    @property
+    def compiled(self) -> tuple[re.Pattern[str], ...]:
+        return self._compiled
 
     @property
     def prefilter(self) -> tuple[str, ...]:
@@ -87,7 +224,7 @@ class Pattern:
         return (self.anchor,) if self.anchor else self.regexes
 
     def search(self, text: str) -> re.Match[str] | None:
-        for rx in self.compiled:
+        for rx in self._compiled:
             m = rx.search(text)
             if m:
                 return m
@@ -97,14 +234,23 @@ class Pattern:
         return render_template(self.message, captures) if self.message else self.title
 
 
-@dataclass(frozen=True)
-class Rule:
+def _pairs(value: Any) -> Any:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise rule("reroute", "must map pattern ids to categories")
+    return tuple((str(k), v) for k, v in value.items())
+
+
+class Rule(_Frozen):
     """Cross-pattern triage: when any of `when` was seen, demote or reroute categories."""
 
     id: str
-    when: tuple[str, ...]
-    demote: tuple[str, ...] = ()
-    reroute: tuple[tuple[str, str], ...] = ()
+    when: Strs
+    demote: Annotated[tuple[Literal[CATEGORIES], ...],  # type: ignore[valid-type]
+                      BeforeValidator(lambda v: _strs(v) if v else ())] = ()
+    reroute: Annotated[tuple[tuple[str, Literal[CATEGORIES]], ...],  # type: ignore[valid-type]
+                       BeforeValidator(_pairs)] = ()
 
 
 @dataclass(frozen=True)
@@ -245,188 +391,68 @@ def load_for_config(cfg: Any) -> KnowledgeBase:
                 line=getattr(cfg, "patterns_line", None))
 
 
-# --- validation helpers --------------------------------------------------------------------
+# --- validation ----------------------------------------------------------------------------
+
+def _check(model: type[BaseModel], data: Any, prefix: str, *, alias: dict[str, str] | None = None,
+           context: dict[str, Any] | None = None) -> Any:
+    """`model` from `data`, or KnowledgeBaseError `PREFIX: field 'F': what is wrong`."""
+    try:
+        return model.model_validate(data, context=context)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = [p for p in err["loc"] if isinstance(p, str) and "[" not in p]
+        name = (err.get("ctx") or {}).get("field") or (loc[0] if loc else "?")
+        name = (alias or {}).get(name, name)
+        if err["type"] == "extra_forbidden":
+            known = ", ".join(f for f in model.model_fields if f not in ("name", "origin"))
+            text = f"unknown field (known: {known})"
+        elif err["type"] == "missing":
+            text = "missing"
+        else:
+            text = words(err)
+        raise KnowledgeBaseError(f"{prefix}: field '{name}': {text}") from None
+
 
 def _raw_id(item: Any, where: str, index: int) -> str:
     if not isinstance(item, Mapping):
         raise KnowledgeBaseError(f"{where}: pattern #{index + 1}: must be a mapping")
-    pid = item.get("id")
-    if not isinstance(pid, str) or not _ID_RE.match(pid):
-        raise KnowledgeBaseError(
-            f"{where}: pattern #{index + 1}: field 'id': must be a string of letters, digits "
-            f"and _.:- (got {pid!r})")
-    return pid
-
-
-def _str_list(value: Any, fail) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = [value]
-    if (not isinstance(value, list) or not value
-            or not all(isinstance(v, str) and v.strip() for v in value)):
-        raise fail("must be a string or a non-empty list of non-empty strings")
-    return tuple(v.strip() for v in value)
+    try:
+        return _pattern_id(item.get("id"))
+    except PydanticCustomError as e:
+        raise KnowledgeBaseError(f"{where}: pattern #{index + 1}: field 'id': {e}") from None
 
 
 def _categories(raw: Any, where: str) -> dict[str, Category]:
     if not isinstance(raw, Mapping):
         raise KnowledgeBaseError(f"{where}: 'categories' must be a mapping")
+    extra = set(raw) - set(CATEGORIES)
+    if extra:
+        raise KnowledgeBaseError(f"{where}: unknown category '{sorted(extra)[0]}'")
     out = {}
     for name in CATEGORIES:
         c = raw.get(name)
         if not isinstance(c, Mapping):
             raise KnowledgeBaseError(f"{where}: category '{name}' is missing")
-        unknown = set(c) - set(_CATEGORY_KEYS)
-        if unknown:
-            raise KnowledgeBaseError(f"{where}: category '{name}': unknown field "
-                                     f"'{sorted(unknown)[0]}'")
-
-        def fail(msg: str, f: str, name: str = name) -> KnowledgeBaseError:
-            return KnowledgeBaseError(f"{where}: category '{name}': field '{f}': {msg}")
-        out[name] = Category(
-            name=name,
-            title=_text(c.get("title"), lambda m: fail(m, "title")),
-            explanation=_text(c.get("explanation"), lambda m: fail(m, "explanation")),
-            fix=_str_list(c.get("fix"), lambda m: fail(m, "fix")),
-            links=_str_list(c.get("links", []) or [], lambda m: fail(m, "links"))
-            if c.get("links") else (),
-            defer=bool(c.get("defer", False)),
-        )
-    extra = set(raw) - set(CATEGORIES)
-    if extra:
-        raise KnowledgeBaseError(f"{where}: unknown category '{sorted(extra)[0]}'")
+        out[name] = _check(Category, {**c, "name": name}, f"{where}: category '{name}'")
     return out
-
-
-def _text(value: Any, fail) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise fail("must be a non-empty string")
-    return " ".join(value.split())
-
-
-def _compile(rx: Any, fail) -> re.Pattern[str]:
-    if not isinstance(rx, str) or not rx:
-        raise fail("must be a non-empty string")
-    try:
-        return re.compile(rx)
-    except re.error as e:
-        raise fail(f"invalid regex {rx!r}: {e}") from None
-    except (OverflowError, RecursionError) as e:
-        raise fail(f"regex too complex: {e}") from None
 
 
 def _pattern(item: Mapping[str, Any], categories: Mapping[str, Category],
              origin: str) -> Pattern:
-    pid = item["id"]
-
-    def fail_for(f: str):
-        def fail(msg: str) -> KnowledgeBaseError:
-            return KnowledgeBaseError(f"{origin}: pattern '{pid}': field '{f}': {msg}")
-        return fail
-
-    unknown = [k for k in item if k not in _PATTERN_KEYS]
-    if unknown:
-        raise fail_for(str(unknown[0]))(f"unknown field (known: {', '.join(_PATTERN_KEYS)})")
-
-    category = item.get("category")
-    if category not in categories:
-        raise fail_for("category")(f"must be one of {', '.join(CATEGORIES)} (got {category!r})")
-    cat = categories[category]
-
-    role = item.get("role", "primary")
-    if role not in ROLES:
-        raise fail_for("role")(f"must be one of {', '.join(ROLES)} (got {role!r})")
-    severity = item.get("severity", DEFAULT_SEVERITY[role])
-    if severity not in SEVERITIES:
-        raise fail_for("severity")(f"must be one of {', '.join(SEVERITIES)} (got {severity!r})")
-    if role == "benign" and severity != "info":
-        raise fail_for("severity")("a benign pattern must have severity info (it never alarms)")
-
-    if "regex" in item and "regexes" in item:
-        raise fail_for("regexes")("give 'regex' or 'regexes', not both")
     rkey = "regexes" if "regexes" in item else "regex"
-    raw_rx = item.get(rkey)
-    if raw_rx is None:
-        raise fail_for("regex")("missing")
-    if isinstance(raw_rx, str):
-        raw_rx = [raw_rx]
-    if not isinstance(raw_rx, list) or not raw_rx:
-        raise fail_for(rkey)("must be a regex or a non-empty list of regexes")
-    compiled = tuple(_compile(rx, fail_for(rkey)) for rx in raw_rx)
-    anchor = item.get("anchor")
-    if anchor is not None:
-        _compile(anchor, fail_for("anchor"))
-
-    span = item.get("span", DEFAULT_SPAN)
-    if not isinstance(span, int) or isinstance(span, bool) or not 0 <= span <= MAX_SPAN:
-        raise fail_for("span")(f"must be an integer from 0 to {MAX_SPAN}")
-
-    title = item.get("title", cat.title)
-    title = _text(title, fail_for("title"))
-
-    groups: set[str] = set(PREFIX_CAPTURES)
-    for rx in compiled:
-        groups.update(rx.groupindex)
-    message = item.get("message")
-    if message is not None:
-        if not isinstance(message, str) or not message.strip():
-            raise fail_for("message")("must be a non-empty string")
-        try:
-            names = _fields(message.replace("[[", "").replace("]]", ""))
-        except ValueError as e:
-            raise fail_for("message")(f"bad template: {e}") from None
-        for n in names:
-            if not n.isidentifier():
-                raise fail_for("message")(f"bad placeholder {{{n}}}")
-            if n not in groups:
-                raise fail_for("message")(f"{{{n}}} is not a named capture of the regexes")
-
-    explanation = _text(item.get("explanation", cat.explanation), fail_for("explanation"))
-    fix = _str_list(item.get("fix", list(cat.fix)), fail_for("fix"))
-    links = _str_list(item["links"], fail_for("links")) if item.get("links") else ()
-    for link in links:
-        if not re.match(r"^https?://\S+$", link):
-            raise fail_for("links")(f"not an http(s) URL: {link!r}")
-    links = tuple(dict.fromkeys((*links, *cat.links)))
-
-    silent = item.get("silent", False)
-    if not isinstance(silent, bool):
-        raise fail_for("silent")("must be true or false")
-    if silent and role != "benign":
-        raise fail_for("silent")("only a benign pattern can be silent")
-
-    return Pattern(id=pid, category=category, role=role, severity=severity, title=title,
-                   regexes=tuple(raw_rx), compiled=compiled, anchor=anchor, span=span,
-                   message=" ".join(message.split()) if message else None,
-                   explanation=explanation, fix=fix, links=links, silent=silent, origin=origin)
+    pattern = _check(Pattern, {**item, "origin": origin}, f"{origin}: pattern '{item['id']}'",
+                     alias={"regexes": rkey}, context={"categories": categories})
+    links = tuple(dict.fromkeys((*pattern.links, *categories[pattern.category].links)))
+    return pattern.model_copy(update={"links": links})
 
 
 def _rule(raw: Any, ids: set[str], where: str, index: int) -> Rule:
     if not isinstance(raw, Mapping) or not isinstance(raw.get("id"), str):
         raise KnowledgeBaseError(f"{where}: rule #{index + 1}: must be a mapping with an id")
-    rid = raw["id"]
-
-    def fail(f: str, msg: str) -> KnowledgeBaseError:
-        return KnowledgeBaseError(f"{where}: rule '{rid}': field '{f}': {msg}")
-
-    unknown = set(raw) - set(_RULE_KEYS)
-    if unknown:
-        raise fail(sorted(unknown)[0], "unknown field")
-    when = _str_list(raw.get("when"), lambda m: fail("when", m))
-    for pid in when:
-        if pid not in ids:
-            raise fail("when", f"unknown pattern '{pid}'")
-    demote = _str_list(raw["demote"], lambda m: fail("demote", m)) if raw.get("demote") else ()
-    for c in demote:
-        if c not in CATEGORIES:
-            raise fail("demote", f"unknown category '{c}'")
-    reroute_raw = raw.get("reroute") or {}
-    if not isinstance(reroute_raw, Mapping):
-        raise fail("reroute", "must map pattern ids to categories")
-    reroute = []
-    for pid, cat in reroute_raw.items():
-        if pid not in ids:
-            raise fail("reroute", f"unknown pattern '{pid}'")
-        if cat not in CATEGORIES:
-            raise fail("reroute", f"unknown category '{cat}'")
-        reroute.append((pid, cat))
-    return Rule(id=rid, when=when, demote=demote, reroute=tuple(reroute))
+    prefix = f"{where}: rule '{raw['id']}'"
+    r = _check(Rule, raw, prefix)
+    for f, named in (("when", r.when), ("reroute", [pid for pid, _ in r.reroute])):
+        for pid in named:
+            if pid not in ids:
+                raise KnowledgeBaseError(f"{prefix}: field '{f}': unknown pattern '{pid}'")
+    return r

@@ -1,4 +1,5 @@
-"""Console themes: the shipped `sparktui/themes/*.yaml` plus the user's own files.
+"""Console themes: the shipped `themes/*.yaml` (top level of the repository; in the wheel
+as `sparktui/themes`, through the `sparktui/themes` link) plus the user's own files.
 
 A theme file is YAML: Textual's base colours at the top level (`primary`, `background`,
 ...) and sparktui's semantic slots under `variables` (see SLOTS). Slots a theme leaves out
@@ -12,10 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Annotated
 
-import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
+
+from sparktui.yamlmodel import YamlError, compose, rule, validate
 
 DEFAULT_THEME = "sparktui-dark"
 
@@ -35,13 +39,50 @@ SLOTS: dict[str, str] = {
     "muted": "labels and secondary text",
 }
 
-COLOURS = ("primary", "secondary", "accent", "warning", "error", "success", "foreground",
-           "background", "surface", "panel", "boost")
-KEYS = (*COLOURS, "name", "dark", "ansi", "luminosity_spread", "text_alpha", "variables")
+def _colour(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise rule("colour", 'must be a colour string such as "#1e88e5"')
+    text = value.strip()
+    try:
+        Color.parse(text)
+    except ColorParseError as e:
+        raise rule("colour", "{e}", e=str(e)) from None
+    return text
+
+
+Colour = Annotated[str, BeforeValidator(_colour)]
+
+
+class ThemeFile(BaseModel):
+    """What a theme file may say: Textual's base colours, sparktui's slots under variables."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+    primary: Colour
+    secondary: Colour | None = None
+    accent: Colour | None = None
+    warning: Colour | None = None
+    error: Colour | None = None
+    success: Colour | None = None
+    foreground: Colour | None = None
+    background: Colour | None = None
+    surface: Colour | None = None
+    panel: Colour | None = None
+    boost: Colour | None = None
+    dark: bool = True
+    ansi: bool = False
+    luminosity_spread: float = 0.15
+    text_alpha: float = 0.95
+    variables: dict[str, Colour] = Field(default_factory=dict)
+    """Semantic slots (SLOTS) -> colour."""
+
+    def to_theme(self) -> Theme:
+        return Theme(**self.model_dump(exclude_none=True))
 
 
 class ThemeError(ValueError):
-    """A theme file that cannot be used; str() is `FILE: what is wrong`."""
+    """A theme file that cannot be used; str() is `FILE:LINE: what is wrong`."""
 
 
 @dataclass
@@ -51,57 +92,16 @@ class ThemeSet:
     errors: list[str]  # one line per bad file
 
 
-def _colour(value: object, where: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ThemeError(f"{where} must be a colour string such as \"#1e88e5\"")
-    text = value.strip()
-    try:
-        Color.parse(text)
-    except ColorParseError as e:
-        raise ThemeError(f"{where}: {e}") from None
-    return text
-
-
 def parse_theme(text: str, source: str) -> Theme:
-    """A Theme from YAML text; raises ThemeError naming `source` on any problem."""
+    """A Theme from YAML text; raises ThemeError naming `source` and the line on any problem."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ThemeError(f"{source}{line}: not valid YAML ({problem})") from None
-    if not isinstance(data, dict):
-        raise ThemeError(f"{source}: a theme must be a mapping (name: ..., primary: ...)")
-    unknown = [k for k in data if k not in KEYS]
-    if unknown:
-        raise ThemeError(f"{source}: unknown key '{unknown[0]}' (known: {', '.join(KEYS)})")
-    name = data.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise ThemeError(f"{source}: missing 'name'")
-    if "primary" not in data:
-        raise ThemeError(f"{source}: missing 'primary' colour")
-    kwargs: dict[str, object] = {}
-    for key in COLOURS:
-        if data.get(key) is not None:
-            kwargs[key] = _colour(data[key], f"{source}: {key}")
-    for key in ("dark", "ansi"):
-        if key in data:
-            if not isinstance(data[key], bool):
-                raise ThemeError(f"{source}: {key} must be true or false")
-            kwargs[key] = data[key]
-    for key in ("luminosity_spread", "text_alpha"):
-        if key in data:
-            if isinstance(data[key], bool) or not isinstance(data[key], (int, float)):
-                raise ThemeError(f"{source}: {key} must be a number")
-            kwargs[key] = float(data[key])
-    variables = data.get("variables") or {}
-    if not isinstance(variables, dict):
-        raise ThemeError(f"{source}: variables must be a mapping of slot: colour")
-    clean: dict[str, str] = {}
-    for key, value in variables.items():
-        clean[str(key)] = _colour(value, f"{source}: variables.{key}")
-    return Theme(name=name.strip(), variables=clean, **kwargs)  # type: ignore[arg-type]
+        data, lines = compose(text, source)
+        if not isinstance(data, dict):
+            raise YamlError(source, 1, "a theme must be a mapping (name: ..., primary: ...)")
+        model = validate(ThemeFile, data, lines, source, ".".join, root="theme")
+    except YamlError as e:
+        raise ThemeError(str(e)) from None
+    return model.to_theme()
 
 
 def _files(directory: Path) -> list[Path]:
