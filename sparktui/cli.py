@@ -1,7 +1,10 @@
 """Command line: `sparktui` (the console) and its headless subcommands.
 
-Subcommands live in `sparktui.commands.<name>` with `add_arguments(parser)` and
-`run(args) -> int`, imported only when used so `sparktui --version` stays fast.
+A subcommand is either a module `sparktui.commands.<name>` with `add_arguments(parser)`
+and `run(args) -> int` (status, diagnose, doctor), or an action of the core's registry
+(`sparktui.core.actions.ACTIONS`) without a module of its own: its subcommand and help
+come from the registry and `sparktui.commands.actions_cli` runs it. Nothing is imported
+for `sparktui --version`.
 Exit codes: 0 fine, 1 an error finding (or a failed action), 2 usage or config error.
 """
 
@@ -10,17 +13,29 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Callable
+from functools import partial
+from types import ModuleType
 
 from sparktui import __version__
 
-SUBCOMMANDS: dict[str, str] = {
-    "status": "show every node's state and what is wrong",
-    "diagnose": "find known crash signatures in a vLLM log (file or stdin)",
-    "doctor": "preflight: check the cluster is ready to serve",
-    "teardown": "stop and remove the configured container on every node",
-    "restart": "tear down, then start Ray (head, then workers) pinned to the configured IPs",
-    "serve": "preflight, then start vLLM on the head and wait until /health answers",
+#: Subcommands that are not actions; the actions' own come from the registry.
+COMMANDS: dict[str, str] = {
+    "status": "Show every node's state and what is wrong",
+    "diagnose": "Find known crash signatures in a vLLM log (file or stdin)",
 }
+
+DEMO_HELP = ("show the console on a built-in story, with no cluster: two DGX Sparks, Ray "
+             "registered the head under its management IP instead of the configured "
+             "interconnect IP, vLLM's placement group fails, and the console diagnoses why "
+             "(nothing is run anywhere)")
+
+
+def subcommands() -> dict[str, str]:
+    """Every subcommand and its one-line help, actions as the registry describes them."""
+    from sparktui.core.actions import ACTIONS
+
+    return {**COMMANDS, **{a.id: a.description for a in ACTIONS.values()}}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,19 +64,35 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"sparktui {__version__}")
     _global_options(parser, sub=False)
     parser.add_argument("--theme", metavar="NAME", help="console theme (shipped or user theme)")
-    parser.add_argument("--demo", action="store_true",
-                        help="play the seed story (two Sparks, IP mismatch) with no cluster")
+    parser.add_argument("--demo", action="store_true", help=DEMO_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name, help_text in SUBCOMMANDS.items():
+    for name, help_text in subcommands().items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         _global_options(p, sub=True)
-        module = _module(name)
-        if module is not None:
-            module.add_arguments(p)
+        run = _wire(name, p)
+        if run is not None:
+            p.set_defaults(run=run)
     return parser
 
 
-def _module(name: str):
+def _wire(name: str, p: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int] | None:
+    """Add the subcommand's own options; its run function (None: not in this build)."""
+    module = _module(name)
+    if module is not None:
+        module.add_arguments(p)
+        run: Callable[[argparse.Namespace], int] = module.run
+        return run
+    from sparktui.core.actions import ACTIONS
+
+    if name not in ACTIONS:
+        return None
+    from sparktui.commands import actions_cli
+
+    actions_cli.add_arguments(p, name)
+    return partial(actions_cli.run, action=name)
+
+
+def _module(name: str) -> ModuleType | None:
     try:
         return importlib.import_module(f"sparktui.commands.{name}")
     except ModuleNotFoundError as e:
@@ -81,11 +112,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             from sparktui.commands import console
             return console.run(args)
-        module = _module(args.command)
-        if module is None:
+        run: Callable[[argparse.Namespace], int] | None = getattr(args, "run", None)
+        if run is None:
             print(f"sparktui: '{args.command}' is not available in this build", file=sys.stderr)
             return 2
-        return module.run(args)
+        return run(args)
     except KeyboardInterrupt:
         print("sparktui: interrupted; nothing on the nodes was stopped", file=sys.stderr)
         return 130

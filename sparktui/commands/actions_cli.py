@@ -1,14 +1,23 @@
-"""Shared CLI for `teardown`, `restart`, `serve` and `doctor`: plan, dry-run, confirmation,
-progress on stderr, JSON on stdout, exit codes (0 ok, 1 failed action or error finding,
-2 usage/config error or refusal before anything ran: read-only, no confirmation)."""
+"""The action subcommands (`teardown`, `restart`, `serve`: one per entry of the core's
+registry without a module of its own, wired by `sparktui.cli`) and what `doctor` shares
+with them: plan, dry-run, confirmation, progress on stderr, JSON on stdout, exit codes
+(0 ok, 1 failed action or error finding, 2 usage/config error or refusal before anything
+ran: read-only, no confirmation)."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sparktui.core.actions import ActionEvent, Plan
+    from sparktui.core.model import Finding
 
 
-def add_arguments(p, action: str) -> None:
+def add_arguments(p: argparse.ArgumentParser, action: str) -> None:
     p.add_argument("-y", "--yes", action="store_true",
                    help="do not ask for confirmation (needed without a terminal)")
     p.add_argument("--dry-run", action="store_true",
@@ -41,7 +50,7 @@ class _Progress:
         self.t0 = time.monotonic()
         self.quiet = quiet
 
-    def __call__(self, ev) -> None:
+    def __call__(self, ev: ActionEvent) -> None:
         if self.quiet or ev.state == "pending":
             return
         t = time.monotonic() - self.t0
@@ -52,7 +61,7 @@ class _Progress:
         print(line, file=sys.stderr, flush=True)
 
 
-def print_dry_run(plan, as_json: bool) -> int:
+def print_dry_run(plan: Plan, as_json: bool) -> int:
     """Show the plan and run nothing."""
     from sparktui.commands.common import print_json
 
@@ -64,7 +73,7 @@ def print_dry_run(plan, as_json: bool) -> int:
     return 0
 
 
-def _print_findings(findings) -> None:
+def _print_findings(findings: Iterable[Finding]) -> None:
     for f in findings:
         node = f" [{f.node}]" if f.node else ""
         print(f"{f.severity.upper():7} {f.id}{node}: {f.message}")
@@ -72,11 +81,11 @@ def _print_findings(findings) -> None:
             print(f"        fix: {f.fix}")
 
 
-def run(args, action: str) -> int:
+def run(args: argparse.Namespace, action: str) -> int:
     import asyncio
 
     from sparktui.commands.common import load_config, print_json
-    from sparktui.core.actions import ACTIONS, PlanError, build_plan, run_action
+    from sparktui.core.actions import ACTIONS, PlanError, build_plan, refusal, run_action
 
     cfg = load_config(args)
     if cfg is None:
@@ -89,7 +98,8 @@ def run(args, action: str) -> int:
         return 2
     if args.dry_run:
         return print_dry_run(plan, args.json)
-    if spec.mutating and not cfg.read_only and not args.yes:
+    # refused here (read-only): not asked, run to be refused step by step and audited
+    if spec.confirm and refusal(action, cfg.read_only) is None and not args.yes:
         answer = _confirm(plan.render(full=False))
         if answer is None:
             print(f"sparktui {action}: refusing to change nodes without confirmation: run it "
