@@ -18,9 +18,11 @@ machine, see tests/lab/vllm.py), served once and reused:
    variable and both IPs;
 5. the same through the console (Pilot).
 
-Every vLLM log and Ray container log these runs produce is copied to
-tests/fixtures/vllm/lab/ (or $SPARKTUI_LAB_LOGS); tests/unit/test_lab_logs.py diagnoses them.
-Timings and sizes go to tests/fixtures/vllm/lab/run.json.
+Every vLLM log and Ray container log these runs produce is copied to $SPARKTUI_LAB_LOGS
+(default: a directory under the system temp dir, so a test run leaves the work tree as it
+found it), with timings and sizes in run.json there. To refresh the committed real logs in
+tests/fixtures/vllm/lab/ (which tests/unit/test_lab_logs.py diagnoses), capture them
+explicitly: `bash scripts/capture_lab_logs.sh`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -59,7 +62,8 @@ from tests.lab import vllm as vllmmod
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
 ROOT = Path(__file__).resolve().parents[2]
-LOG_DIR = Path(os.environ.get("SPARKTUI_LAB_LOGS", ROOT / "tests/fixtures/vllm/lab"))
+LOG_DIR = Path(os.environ.get("SPARKTUI_LAB_LOGS")
+               or Path(tempfile.gettempdir()) / "sparktui-lab-logs")
 SIZE = (160, 50)
 WAITING = "Waiting for creating a placement group"
 PG_WAIT = 25  # s: vLLM's placement-group wait in the seed runs (default 1800)
