@@ -3,5 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m ruff check sparktui tests bench
+shellcheck -s sh sparktui/remote/*.sh
 lint-imports
 exec python3 -m pytest -q -ra "$@"

@@ -56,8 +56,9 @@ def sh(script: str, *args: str, mutating: bool = False, timeout: float | None = 
        **kw) -> Command:
     """A constant shell script; variable data goes in as positional parameters ($1, $2 ...).
 
-    The script text must be a literal written in this package, never built from config
-    values: config values travel only as `args`, so quoting cannot be broken.
+    The script text must be a literal written in this package (a file of `sparktui.remote`,
+    loaded with `script(name)`), never built from config values: config values travel only
+    as `args`, so quoting cannot be broken.
     """
     return Command(("sh", "-c", script, "sh", *args), mutating=mutating, timeout=timeout, **kw)
 

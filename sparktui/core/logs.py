@@ -33,16 +33,14 @@ from sparktui.core.command import Command, cmd, sh
 from sparktui.core.follow_remote import AUTO, FOLLOW_PY, FOLLOW_SH, MAGIC
 from sparktui.core.safe_text import clean_text
 from sparktui.core.transport import Transport, TransportError
+from sparktui.remote import script
 
 log = logging.getLogger(__name__)
 
 RAY_LOG_DIR = "/tmp/ray/session_latest/logs"
 TRUNCATED_MARK = " … [line truncated: {n} more bytes]"
 # Ray worker logs of one node, newest first: $1 directory, $2 pid or "" (all), $3 how many.
-LIST_WORKER_LOGS = r"""
-cd "$1" 2>/dev/null || exit 0
-ls -t -- worker-*"$2".err worker-*"$2".out 2>/dev/null | head -n "$3" | sed "s|^|$1/|"
-"""
+LIST_WORKER_LOGS = script("worker_logs.sh")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from sparktui.core.model import NodeState
 from sparktui.core.probes.script import (
     ENV_SCRIPT,
     PROBE_SCRIPT,
+    SECTION_NAMES,
     build_probe,
     parse_probe,
     split_sections,
@@ -221,3 +222,23 @@ def test_garbage_and_cut_output() -> None:
     assert not res.complete and res.containers and res.gpus == []
     node = res.apply_to(NodeState("n", "h", "head", None))
     assert node.error == "probe output was cut short"
+
+
+async def test_every_section_seen_is_declared(tmp_path: Path) -> None:
+    # what a real run and the captured runs emit is all in script.SECTIONS (the script side
+    # is checked statically in test_remote_scripts.py)
+    r = await run(build_probe("here", "vllm_node", is_head=True, vllm_port=closed_port(),
+                              ray_dashboard_port=closed_port()),
+                  DOCKER_HOST=f"unix://{tmp_path}/no-docker.sock")
+    outs = [r.stdout, (FIX / "docker" / "probe_head_private_dockerd.txt").read_text()]
+    for out in outs:
+        secs = split_sections(out)
+        assert secs and set(secs) <= SECTION_NAMES, set(secs) - SECTION_NAMES
+
+
+def test_undeclared_section_is_kept_but_not_parsed() -> None:
+    out = ("@@sparktui:hostname@@\nspark-1\n@@sparktui:/hostname rc=0@@\n"
+           "@@sparktui:newthing@@\nx\n@@sparktui:/newthing rc=1@@\n@@sparktui:end@@\n")
+    res = parse_probe(out)
+    assert res.complete and res.hostname == "spark-1"
+    assert "newthing" in res.sections and res.errors == {"newthing": "exit 1: x"}

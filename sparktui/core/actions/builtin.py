@@ -9,6 +9,7 @@ from functools import partial
 from sparktui.config import Config, NodeConfig
 from sparktui.core.actions.plan import Plan, PlanError, Stage, Step, Verdict
 from sparktui.core.command import Command, Result, cmd, sh
+from sparktui.remote import script
 
 # Bounded waits (seconds). TESTBED: a 2-node Ray cluster is alive in 5-12 s on a slow box.
 GCS_TIMEOUT = 90.0
@@ -17,71 +18,14 @@ RM_TIMEOUT = 60.0
 RUN_TIMEOUT = 120.0  # docker run -d (image already on the node)
 SERVE_MARKER_PREFIX = "=== sparktui serve "
 
-# Exit 0: the container runs and `ray start` has printed "Ray runtime started." (the GCS and
-# raylet are up); 1: not yet; 3: the container is gone or stopped (its log tail follows).
-RAY_STARTED_SCRIPT = """\
-state=$(docker inspect -f '{{.State.Status}}' "$1" 2>&1) || { echo "container $1 is gone: $state"; exit 3; }
-if [ "$state" != running ]; then
-  echo "container $1 is $state; its last output:"; docker logs --tail 15 "$1" 2>&1; exit 3
-fi
-if docker logs "$1" 2>&1 | grep -q 'Ray runtime started'; then echo "Ray runtime started"; exit 0; fi
-exit 1
-"""
-
-# The GCS is up: the container runs and, with host networking, something listens on the GCS
-# port in the head's network namespace (/proc/net/tcp{,6}, state 0A; port in hex as $2), or
-# `ray start` has already printed "Ray runtime started." Exit codes as above.
-GCS_SCRIPT = """\
-state=$(docker inspect -f '{{.State.Status}}' "$1" 2>&1) || { echo "container $1 is gone: $state"; exit 3; }
-if [ "$state" != running ]; then
-  echo "container $1 is $state; its last output:"; docker logs --tail 15 "$1" 2>&1; exit 3
-fi
-if cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -qiE "^ *[0-9]+: [0-9A-F]+:$2 [0-9A-F]+:[0-9A-F]+ 0A "; then
-  echo "GCS listening on port $3"; exit 0
-fi
-if docker logs "$1" 2>&1 | grep -q 'Ray runtime started'; then echo "Ray runtime started"; exit 0; fi
-exit 1
-"""
-
-# The Ray node table from inside the head container: the snippet comes as $2.
-RAY_TABLE_SCRIPT = """\
-state=$(docker inspect -f '{{.State.Status}}' "$1" 2>&1) || { echo "container $1 is gone: $state"; exit 3; }
-if [ "$state" != running ]; then
-  echo "container $1 is $state; its last output:"; docker logs --tail 15 "$1" 2>&1; exit 3
-fi
-exec docker exec "$1" python3 -c "$2"
-"""
-
-# Runs inside the container (docker exec -d): the log file gets a marker line, then vLLM's
-# output. $1 = log path; the rest is the vllm argv.
-SERVE_SCRIPT = """\
-log=$1; shift
-mkdir -p "$(dirname "$log")"
-printf '%s%s ===\\n' '=== sparktui serve ' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >>"$log"
-exec "$@" >>"$log" 2>&1
-"""
-
-# /health on the head (host network): exit 0 healthy; 1 not yet; 3 the container or the
-# vllm process is gone. $1 port, $2 container.
-HEALTH_SCRIPT = """\
-url="http://127.0.0.1:$1/health"
-if command -v curl >/dev/null 2>&1; then
-  code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$url" 2>/dev/null) || code=000
-else
-  code=$(python3 -c 'import sys, urllib.request
-try:
-    print(urllib.request.urlopen(sys.argv[1], timeout=2).status)
-except Exception as e:
-    print(getattr(e, "code", "000"))' "$url" 2>/dev/null) || code=000
-fi
-if [ "$code" = 200 ]; then echo "healthy (HTTP 200)"; exit 0; fi
-state=$(docker inspect -f '{{.State.Status}}' "$2" 2>/dev/null)
-if [ "$state" != running ]; then echo "container $2 is ${state:-gone}"; exit 3; fi
-if ! docker exec "$2" sh -c 'for f in /proc/[0-9]*/cmdline; do tr "\\000" " " <"$f" 2>/dev/null | grep -q "vllm[ ]serve" && exit 0; done; exit 1'; then
-  echo "the vllm serve process has exited"; exit 3
-fi
-echo "vLLM starting (/health: $code)"; exit 1
-"""
+# The node-side scripts (sparktui/remote/; positional parameters and exit codes are
+# documented in each file). Exit 0 done, 1 not yet, 3 the container (or vLLM) is gone: the
+# first three share _container_running.sh's check.
+RAY_STARTED_SCRIPT = script("ray_started.sh")  # $1 container
+GCS_SCRIPT = script("gcs_listening.sh")  # $1 container, $2 GCS port in hex, $3 in decimal
+RAY_TABLE_SCRIPT = script("ray_table.sh")  # $1 container, $2 ray_nodes.py
+SERVE_SCRIPT = script("serve.sh")  # in the container: $1 log path, then the vllm argv
+HEALTH_SCRIPT = script("health.sh")  # $1 http_get.py, $2 vLLM port, $3 container
 
 
 def container_ip_env(node: NodeConfig) -> list[str]:
@@ -222,7 +166,7 @@ def restart_plan(cfg: Config) -> Plan:
     need = cfg.vllm.parallel_size()
     stages.append(Stage("wait for the Ray cluster", (Step(
         head.name, "wait until Ray lists every node alive under its configured ip",
-        (sh(RAY_TABLE_SCRIPT, head.container.name, _ray_snippet(), timeout=30),),
+        (sh(RAY_TABLE_SCRIPT, head.container.name, script("ray_nodes.py"), timeout=30),),
         kind="wait", timeout=RAY_TIMEOUT, interval=0.5,
         verdict=partial(ray_ready_verdict, cfg),
         until=f"{len(cfg.nodes)} alive Ray nodes at "
@@ -232,12 +176,6 @@ def restart_plan(cfg: Config) -> Plan:
                 title=f"Restart: tear down, then Ray head on {head.name}"
                       + (f" and {len(cfg.workers)} worker(s)" if cfg.workers else "")
                       + " pinned to the configured ips")
-
-
-def _ray_snippet() -> str:
-    from sparktui.core.probes.ray import RAY_NODES_SNIPPET
-
-    return RAY_NODES_SNIPPET
 
 
 def vllm_argv(cfg: Config) -> list[str]:
@@ -265,7 +203,8 @@ def serve_plan(cfg: Config) -> Plan:
                                   (start,)),)),
         Stage("wait for /health", (Step(
             head.name, f"wait for vLLM's /health on port {cfg.vllm.port}",
-            (sh(HEALTH_SCRIPT, str(cfg.vllm.port), c, timeout=20),),
+            (sh(HEALTH_SCRIPT, script("http_get.py"), str(cfg.vllm.port), c,
+                timeout=20),),
             kind="wait", timeout=cfg.vllm.health_timeout, interval=2.0, grace=2.0,
             until=f"HTTP 200 from http://127.0.0.1:{cfg.vllm.port}/health on {head.name}"),)),
     ], preflight=True, title=f"Serve {cfg.vllm.model} on {head.name}")

@@ -14,23 +14,10 @@ from sparktui.core.actions.plan import Plan, Stage, Step
 from sparktui.core.command import Command, sh
 from sparktui.core.model import ClusterSnapshot, Finding, sort_findings
 from sparktui.core.transport import Transport, TransportError
+from sparktui.remote import script
 
 # $1 container, $2 configured image ('' = none), $3 model path ('' = not a local path).
-DOCTOR_SCRIPT = """\
-echo "@@container_image"
-docker inspect -f '{{.Image}}' "$1" 2>/dev/null
-echo "@@image"
-[ -n "$2" ] && docker image inspect -f '{{.Id}} {{join .RepoDigests ","}}' "$2" 2>/dev/null
-echo "@@model"
-if [ -n "$3" ]; then
-  if docker exec "$1" test -e "$3" 2>/dev/null; then echo container
-  elif test -e "$3"; then echo host
-  else echo missing; fi
-fi
-echo "@@listen"
-cat /proc/net/tcp /proc/net/tcp6 2>/dev/null
-echo "@@end"
-"""
+DOCTOR_SCRIPT = script("doctor.sh")
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 

@@ -11,28 +11,14 @@ import time
 from sparktui.config import Config, ScriptAction
 from sparktui.core.actions.plan import Plan, Stage, Step, Verdict
 from sparktui.core.command import Result, sh
+from sparktui.remote import script
 
 RUN_ROOT = "/tmp/sparktui/actions"
 
-# $1 = run directory; the rest is the user's argv. Prints the directory and returns at once.
-START_SCRIPT = """\
-dir=$1; shift
-mkdir -p "$dir" || exit 2
-rm -f "$dir/rc" "$dir/out"
-runner='"$@" </dev/null >"$0/out" 2>&1; echo $? >"$0/rc.tmp"; mv "$0/rc.tmp" "$0/rc"'
-if command -v setsid >/dev/null 2>&1; then
-  setsid sh -c "$runner" "$dir" "$@" </dev/null >/dev/null 2>&1 &
-else
-  nohup sh -c "$runner" "$dir" "$@" </dev/null >/dev/null 2>&1 &
-fi
-echo "started in $dir"
-"""
-
-# Exit 0 with the output tail once the script has finished; 1 while it runs.
-POLL_SCRIPT = """\
-if [ -f "$1/rc" ]; then echo "@@RC $(cat "$1/rc")"; tail -n 40 "$1/out" 2>/dev/null; exit 0; fi
-echo "running; last output:"; tail -n 3 "$1/out" 2>/dev/null; exit 1
-"""
+# The detached start ($1 run directory, then the user's argv) and the poll for its exit
+# status ($1 run directory): sparktui/remote/script_start.sh, script_poll.sh.
+START_SCRIPT = script("script_start.sh")
+POLL_SCRIPT = script("script_poll.sh")
 
 
 def script_verdict(result: Result) -> Verdict:

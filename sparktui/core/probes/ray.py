@@ -9,34 +9,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from sparktui.core.model import RayNode, RayView
+from sparktui.remote import script
 
 NODES_SENTINEL = "@@NODES@@"
 ERROR_SENTINEL = "@@RAY_ERROR@@"
 HEAD_RESOURCE = "node:__internal_head__"
 
-# Run inside the head's Ray container: `python3 -c "$RAY_NODES_SNIPPET"`. Prints exactly one
-# sentinel line (nodes JSON, or an error string as JSON) whatever else Ray writes, and exits
-# 0 without waiting on Ray's shutdown hooks. address="auto" honours RAY_ADDRESS when set.
-RAY_NODES_SNIPPET = """\
-import json, logging, os, sys
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-def _out(line):
-    sys.stdout.write(line + "\\n")
-    sys.stdout.flush()
-try:
-    import ray
-    ray.init(address="auto", logging_level=logging.ERROR, log_to_driver=False)
-    _nodes = ray.nodes()
-except BaseException as e:
-    _out("@@RAY_ERROR@@" + json.dumps("%s: %s" % (type(e).__name__, e)))
-else:
-    _out("@@NODES@@" + json.dumps(_nodes, default=str))
-    try:
-        ray.shutdown()
-    except BaseException:
-        pass
-os._exit(0)
-"""
+# Run inside the head's Ray container (`python3 -c "$RAY_NODES_SNIPPET"`): prints one
+# sentinel line, nodes JSON or an error, whatever else Ray writes (sparktui/remote/ray_nodes.py).
+RAY_NODES_SNIPPET = script("ray_nodes.py")
 
 
 def _float(value: Any) -> float:

@@ -1,8 +1,9 @@
 """The combined node probe: ONE shell command per node per tick, one SSH channel round trip.
 
 `build_probe()` returns a read-only `Command` running the constant script `PROBE_SCRIPT`
-with every variable (container name, role, ports, the helper snippets) as a positional
-parameter. The script prints each source as a section framed by sentinel lines::
+(`sparktui/remote/probe.sh`) with every variable (container name, role, ports, the helper
+programs) as a positional parameter. The script prints each source as a section framed by
+sentinel lines::
 
     @@sparktui:<name>@@
     <output>
@@ -11,7 +12,9 @@ parameter. The script prints each source as a section framed by sentinel lines::
 where `<status>` is `rc=<exit status>`, `missing` (the tool is not installed), `skipped`
 or `skipped:<why>`, or `unavailable`. A section's stderr, when there is any, follows as
 section `<name>.err`. The last line is `@@sparktui:end@@`; without it the output was cut.
-`parse_probe()` turns the output into a `ProbeResult`.
+`parse_probe()` turns the output into a `ProbeResult`, through `SECTIONS`: the one
+declaration of every section (name -> parser -> ProbeResult field). A new source is a new
+line in probe.sh plus a `SectionSpec` and its parser here.
 
 Sections: probe (script version and arguments), hostname, addr (`ip -j addr`; if that
 fails, addr4 + link with `ip -o`), containers (`docker ps -a ... {{json .}}`), env (the
@@ -25,6 +28,7 @@ health / metrics / version of the vLLM server on 127.0.0.1:<port> (curl, else py
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -45,185 +49,19 @@ from sparktui.core.probes.meminfo import MemInfo, parse_meminfo
 from sparktui.core.probes.network import parse_ip_json, parse_ip_text
 from sparktui.core.probes.ray import RAY_NODES_SNIPPET, parse_ray_nodes
 from sparktui.core.probes.vllm_metrics import health_from_code, parse_vllm_metrics
+from sparktui.remote import script
 
 PROBE_VERSION = 1
 SENTINEL = "@@sparktui:"
 
 RayVia = Literal["auto", "dashboard", "python", "off"]
 
-# Runs inside the container (`docker exec <c> sh -c "$ENV_SCRIPT"`): picks the vLLM API
-# server process (lowest PID whose command line has `vllm serve` or the OpenAI api_server
-# module and is not a shell), else a shell running it, else PID 1; prints
-# `pid=<n> source=<vllm|vllm-shell|pid1>` then that process's raw NUL-separated environ.
-# The patterns are spelt so that this script's own command line never matches them.
-ENV_SCRIPT = r"""best=; shl=
-for d in /proc/[0-9]*; do
-  p=${d#/proc/}
-  [ "$p" = "$$" ] && continue
-  c=$(tr '\000' ' ' < "$d/cmdline" 2>/dev/null) || continue
-  case $c in
-    *vllm\ serve*|*vllm.entrypoints.openai.api[_]server*) ;;
-    *) continue ;;
-  esac
-  case ${c%% *} in
-    sh|*/sh|bash|*/bash|dash|*/dash|ash|*/ash|-*)
-      if [ -z "$shl" ] || [ "$p" -lt "$shl" ]; then shl=$p; fi ;;
-    *) if [ -z "$best" ] || [ "$p" -lt "$best" ]; then best=$p; fi ;;
-  esac
-done
-if [ -n "$best" ]; then pid=$best; src=vllm
-elif [ -n "$shl" ]; then pid=$shl; src=vllm-shell
-else pid=1; src=pid1; fi
-printf 'pid=%s source=%s\n' "$pid" "$src"
-exec cat "/proc/$pid/environ"
-"""
-
-# `python3 -c "$HTTP_PY" <url> code|body`: the fallback HTTP client when curl is absent.
-# Exit status 7 (curl's "could not connect") when the server cannot be reached.
-HTTP_PY = r"""import sys, urllib.request, urllib.error
-url, mode = sys.argv[1], sys.argv[2]
-try:
-    r = urllib.request.urlopen(url, timeout=2)
-    code, body = r.status, r.read()
-except urllib.error.HTTPError as e:
-    code, body = e.code, e.read()
-except Exception as e:
-    sys.stderr.write("%s\n" % (e,))
-    sys.stdout.write("000" if mode == "code" else "")
-    sys.exit(7)
-sys.stdout.write(str(code) if mode == "code" else body.decode("utf-8", "replace"))
-"""
-
-# The script. Positional parameters:
-#  $1 container name ('' = none)   $2 is_head (1/0)   $3 vLLM port ('' = don't ask vLLM)
-#  $4 ray: auto|dashboard|python|off   $5 Ray dashboard port   $6 Ray query timeout (s)
-#  $7 RAY_NODES_SNIPPET   $8 ENV_SCRIPT   $9 HTTP_PY
-PROBE_SCRIPT = r"""C=$1; HEAD=$2; VPORT=$3; RAYVIA=$4; DPORT=$5; RAYT=$6
-SNIP=$7; ENVS=$8; HTTPPY=$9
-LC_ALL=C; export LC_ALL
-have() { command -v "$1" >/dev/null 2>&1; }
-if have timeout; then T() { timeout "$@"; }; else T() { shift; "$@"; }; fi
-beg() { printf '@@sparktui:%s@@\n' "$1"; }
-fin() { printf '\n@@sparktui:/%s %s@@\n' "$1" "$2"; }
-mark() { beg "$1"; fin "$1" "$2"; }
-R=0
-run() {
-  n=$1; shift
-  beg "$n"
-  { E=$( { "$@"; } 2>&1 1>&3 3>&- ); R=$?; } 3>&1
-  fin "$n" "rc=$R"
-  if [ -n "$E" ]; then beg "$n.err"; printf '%.2000s' "$E"; fin "$n.err" rc=0; fi
-  return 0
-}
-vmetrics() {
-  M=$("$@"); r=$?
-  if have grep; then
-    printf '%s\n' "$M" | grep -E '^(# (HELP|TYPE) )?vllm:(num_requests_running|num_requests_waiting|kv_cache_usage_perc|gpu_cache_usage_perc|prompt_tokens(_total)?|generation_tokens(_total)?)[ {]'
-  else
-    printf '%s\n' "$M"
-  fi
-  return $r
-}
-
-ray_block() {
-  if [ "$RAYVIA" = off ]; then
-    mark ray skipped
-  else
-    DONE=0
-    if [ "$RAYVIA" != python ] && have curl; then
-      J=$(curl -s -m 2 "http://127.0.0.1:$DPORT/api/v0/nodes?limit=10000" 2>/dev/null)
-      case $J in
-        *'"result": true'*|*'"result":true'*)
-          beg ray_dashboard; printf '%s' "$J"; fin ray_dashboard rc=0; DONE=1 ;;
-      esac
-    fi
-    if [ "$DONE" = 0 ]; then
-      if [ "$RAYVIA" = dashboard ]; then mark ray unavailable
-      elif ! have docker; then mark ray skipped:no-docker
-      elif [ -z "$C" ]; then mark ray skipped:no-container
-      elif [ "$RUNNING" != 1 ]; then mark ray skipped:container-not-running
-      else
-        run ray T "$((RAYT + 2))" docker exec "$C" sh -c 'if command -v timeout >/dev/null 2>&1; then exec timeout "$1" python3 -c "$2"; else exec python3 -c "$2"; fi' sh "$RAYT" "$SNIP"
-      fi
-    fi
-  fi
-}
-
-beg probe; printf 'version=1 head=%s container=%s vllm_port=%s ray=%s\n' "$HEAD" "$C" "$VPORT" "$RAYVIA"; fin probe rc=0
-run hostname uname -n
-
-if have ip; then
-  run addr ip -j addr
-  if [ "$R" != 0 ]; then run addr4 ip -o -4 addr show; run link ip -o link; fi
-else
-  mark addr missing
-fi
-
-RUNNING=0
-if have docker; then
-  beg containers
-  DPS=$(T 8 docker ps -a --no-trunc --size=false --format '{{json .}}' 2>&1); R=$?
-  printf '%s' "$DPS"
-  fin containers "rc=$R"
-  if [ "$R" = 0 ] && [ -n "$C" ]; then
-    RUNNING=$(printf '%s\n' "$DPS" | while IFS= read -r L; do
-      case $L in *'"Names":"'"$C"'"'*'"State":"running"'*) echo 1; break ;; esac
-    done)
-    [ -n "$RUNNING" ] || RUNNING=0
-  fi
-  if [ -z "$C" ]; then mark env skipped:no-container
-  elif [ "$R" != 0 ]; then mark env skipped:docker-failed
-  elif [ "$RUNNING" = 1 ]; then run env T 5 docker exec "$C" sh -c "$ENVS"
-  else mark env skipped:container-not-running; fi
-else
-  mark containers missing
-  mark env skipped:no-docker
-fi
-
-# The Ray table (~1 s of Python in the head container) runs alongside the other sections.
-RAYTMP=
-if [ "$HEAD" = 1 ]; then
-  if have mktemp && RAYTMP=$(mktemp 2>/dev/null); then
-    ray_block >"$RAYTMP" 2>&1 &
-    RAYPID=$!
-  else
-    RAYTMP=; ray_block
-  fi
-fi
-
-if have nvidia-smi; then
-  run gpus T 5 nvidia-smi --query-gpu=index,name,uuid,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits
-  run gpu_apps T 5 nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits
-else
-  mark gpus missing
-  mark gpu_apps missing
-fi
-
-run meminfo cat /proc/meminfo
-
-if [ "$HEAD" = 1 ]; then
-  if [ -n "$VPORT" ]; then
-    U="http://127.0.0.1:$VPORT"
-    if have curl; then
-      run health curl -s -m 2 -o /dev/null -w '%{http_code}' "$U/health"
-      if [ "$R" = 0 ]; then
-        run metrics vmetrics curl -s -m 2 "$U/metrics"
-        run version curl -s -m 2 "$U/version"
-      fi
-    elif have python3; then
-      run health python3 -c "$HTTPPY" "$U/health" code
-      if [ "$R" = 0 ]; then
-        run metrics vmetrics python3 -c "$HTTPPY" "$U/metrics" body
-        run version python3 -c "$HTTPPY" "$U/version" body
-      fi
-    else
-      mark health unavailable
-    fi
-  fi
-fi
-if [ -n "$RAYTMP" ]; then wait "$RAYPID"; cat "$RAYTMP"; rm -f "$RAYTMP"; fi
-printf '@@sparktui:end@@\n'
-"""
+# The programs (sparktui/remote/): the probe itself, and the three it hands on as
+# positional parameters (`$7 $8 $9`): the Ray table in Python, the container-side
+# environment reader, and the HTTP client for nodes without curl.
+PROBE_SCRIPT = script("probe.sh")
+ENV_SCRIPT = script("probe_env.sh")
+HTTP_PY = script("http_get.py")
 
 # Why the Ray table was not read, for messages.
 SKIP_REASONS = {
@@ -231,13 +69,6 @@ SKIP_REASONS = {
     "no-container": "no container configured",
     "no-docker": "docker is not installed on the head",
 }
-
-# What a `missing` section means, for messages.
-MISSING_TOOL = {
-    "addr": "ip", "containers": "docker", "gpus": "nvidia-smi", "gpu_apps": "nvidia-smi",
-    "health": "curl or python3",
-}
-
 
 def build_probe(
     node_name: str,
@@ -384,7 +215,53 @@ def split_sections(stdout: str) -> dict[str, Section]:
     return found
 
 
-def _parse_env(sec: Section, res: ProbeResult) -> None:
+# Section parsers: `(the section, every section by name, the result to fill)`. Each runs
+# only when its section is in the output; a failed section is already in `res.errors`.
+Parser = Callable[[Section, dict[str, Section], ProbeResult], None]
+
+
+def _hostname(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
+    if sec.ok:
+        res.hostname = sec.body.strip() or None
+
+
+def _addr(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
+    if sec.ok:
+        res.interfaces = parse_ip_json(sec.body)
+
+
+def _addr4(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
+    if (addr := secs.get("addr")) is not None and addr.ok:
+        return
+    link = secs.get("link")
+    res.interfaces = parse_ip_text(sec.body, link.body if link else "")
+    if sec.ok:
+        res.errors.pop("addr", None)  # `ip -j` unsupported, the text fallback worked
+
+
+def _containers(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
+    if sec.ok:
+        res.containers = parse_docker_ps(sec.body)
+
+
+def _meminfo(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
+    if sec.ok:
+        res.mem = parse_meminfo(sec.body)
+
+
+def _gpus(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
+    if sec.ok:
+        res.gpus = parse_gpu_query(sec.body, meminfo=res.mem)
+
+
+def _gpu_apps(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
+    if sec.ok:
+        res.gpu_processes = parse_compute_apps(sec.body)
+
+
+def _env(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
+    if not sec.ok:
+        return
     first, _, rest = sec.body.partition("\n")
     m = re.match(r"pid=(\d+) source=(\S+)", first)
     if m:
@@ -394,31 +271,99 @@ def _parse_env(sec: Section, res: ProbeResult) -> None:
     res.env = parse_environ(rest)
 
 
-def _parse_vllm(secs: dict[str, Section], res: ProbeResult) -> None:
-    health = secs.get("health")
-    if health is None:
+def _ray_dashboard(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
+    res.ray_source = "dashboard"
+    res.ray_nodes, res.ray_error = parse_ray_nodes(sec.body)
+
+
+def _ray(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
+    if "ray_dashboard" in secs:  # the dashboard answered: the Python route was not taken
         return
+    if sec.status == "unavailable":
+        res.ray_nodes, res.ray_error = [], "Ray dashboard not answering"
+    elif sec.skipped:
+        why = sec.status.partition(":")[2]
+        if why:  # plain `skipped` = not asked this tick: no error
+            res.ray_error = "Ray table not read: " + SKIP_REASONS.get(why, why)
+    else:
+        res.ray_source = "python"
+        res.ray_nodes, res.ray_error = parse_ray_nodes(sec.body)
+        if res.ray_error and sec.rc not in (0, None):
+            res.ray_error = f"{res.ray_error} ({sec.error()})"
+
+
+def _health(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
     st = VllmStatus()
     res.vllm = st
-    if health.missing or health.status == "unavailable":
+    if sec.missing or sec.status == "unavailable":
         st.detail = "no HTTP client (curl or python3) on the head"
         return
-    body = health.body.strip()
+    body = sec.body.strip()
     code = int(body) if body.isdigit() and int(body) > 0 else None
     res.vllm_http_code = code
     st.healthy, st.detail = health_from_code(code)
     if code is None:
         res.errors.pop("health", None)  # not serving is a state, not a probe error
-        if health.rc == 28:
+        if sec.rc == 28:
             st.detail = "timed out"
-    metrics = secs.get("metrics")
-    if metrics is not None and metrics.body.strip():
-        parse_vllm_metrics(metrics.body, st)
-    version = secs.get("version")
-    if version is not None and version.ok:
-        m = re.search(r'"version"\s*:\s*"([^"]+)"', version.body)
+
+
+def _asked_vllm(secs: dict[str, Section], res: ProbeResult) -> VllmStatus | None:
+    """The status `_health` made, when vLLM was actually asked (an HTTP client existed)."""
+    health = secs.get("health")
+    if health is None or health.missing or health.status == "unavailable":
+        return None
+    return res.vllm
+
+
+def _metrics(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
+    if (st := _asked_vllm(secs, res)) is not None and sec.body.strip():
+        parse_vllm_metrics(sec.body, st)
+
+
+def _version(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
+    if (st := _asked_vllm(secs, res)) is not None and sec.ok:
+        m = re.search(r'"version"\s*:\s*"([^"]+)"', sec.body)
         if m:
             st.version = m[1]
+
+
+@dataclass(frozen=True)
+class SectionSpec:
+    """One section of the probe's output: `parse` reads it into ProbeResult's `result_field`
+    (and the fields that go with it, as the parser says); `tool` is what a `missing` status
+    means is not installed."""
+
+    name: str
+    result_field: str | None  # None: framing only (the `probe` header)
+    parse: Parser | None = None  # None: read by another section's parser
+    tool: str | None = None
+
+
+# Every section probe.sh emits, declared once; parsers run in this order (meminfo before
+# gpus: a unified-memory GPU's total comes from it). tests/unit/test_remote_scripts.py checks
+# that the script emits exactly these names.
+SECTIONS: tuple[SectionSpec, ...] = (
+    SectionSpec("probe", None),  # script version and arguments, for people reading output
+    SectionSpec("hostname", "hostname", _hostname),
+    SectionSpec("addr", "interfaces", _addr, tool="ip"),  # `ip -j addr`
+    SectionSpec("addr4", "interfaces", _addr4),  # `ip -o -4 addr show`, when `ip -j` failed
+    SectionSpec("link", "interfaces"),  # `ip -o link`, read by addr4
+    SectionSpec("containers", "containers", _containers, tool="docker"),
+    SectionSpec("meminfo", "mem", _meminfo),
+    SectionSpec("gpus", "gpus", _gpus, tool="nvidia-smi"),
+    SectionSpec("gpu_apps", "gpu_processes", _gpu_apps, tool="nvidia-smi"),
+    SectionSpec("env", "env", _env),  # also env_pid, env_source
+    SectionSpec("ray_dashboard", "ray_nodes", _ray_dashboard),  # also ray_source, ray_error
+    SectionSpec("ray", "ray_nodes", _ray),  # the Python route; also ray_source, ray_error
+    SectionSpec("health", "vllm", _health, tool="curl or python3"),  # also vllm_http_code
+    SectionSpec("metrics", "vllm", _metrics),
+    SectionSpec("version", "vllm", _version),
+)
+SECTION_NAMES = frozenset(s.name for s in SECTIONS)
+
+# What a `missing` section means, for messages.
+MISSING_TOOL = {s.name: s.tool for s in SECTIONS if s.tool}
 
 
 def parse_probe(stdout: str) -> ProbeResult:
@@ -436,47 +381,7 @@ def parse_probe(stdout: str) -> ProbeResult:
             res.missing.append(name)
         elif (err := sec.error()) is not None:
             res.errors[name] = err
-
-    if (s := secs.get("hostname")) and s.ok:
-        res.hostname = s.body.strip() or None
-
-    if (s := secs.get("addr")) and s.ok:
-        res.interfaces = parse_ip_json(s.body)
-    elif (a4 := secs.get("addr4")) is not None:
-        link = secs.get("link")
-        res.interfaces = parse_ip_text(a4.body, link.body if link else "")
-        if a4.ok:
-            res.errors.pop("addr", None)  # `ip -j` unsupported, the text fallback worked
-
-    if (s := secs.get("containers")) and s.ok:
-        res.containers = parse_docker_ps(s.body)
-
-    if (s := secs.get("meminfo")) and s.ok:
-        res.mem = parse_meminfo(s.body)
-
-    if (s := secs.get("gpus")) and s.ok:
-        res.gpus = parse_gpu_query(s.body, meminfo=res.mem)
-    if (s := secs.get("gpu_apps")) and s.ok:
-        res.gpu_processes = parse_compute_apps(s.body)
-
-    if (s := secs.get("env")) and s.ok:
-        _parse_env(s, res)
-
-    if (s := secs.get("ray_dashboard")) is not None:
-        res.ray_source = "dashboard"
-        res.ray_nodes, res.ray_error = parse_ray_nodes(s.body)
-    elif (ray := secs.get("ray")) is not None:
-        if ray.status == "unavailable":
-            res.ray_nodes, res.ray_error = [], "Ray dashboard not answering"
-        elif ray.skipped:
-            why = ray.status.partition(":")[2]
-            if why:  # plain `skipped` = not asked this tick: no error
-                res.ray_error = "Ray table not read: " + SKIP_REASONS.get(why, why)
-        else:
-            res.ray_source = "python"
-            res.ray_nodes, res.ray_error = parse_ray_nodes(ray.body)
-            if res.ray_error and ray.rc not in (0, None):
-                res.ray_error = f"{res.ray_error} ({ray.error()})"
-
-    _parse_vllm(secs, res)
+    for spec in SECTIONS:
+        if spec.parse is not None and (sec := secs.get(spec.name)) is not None:
+            spec.parse(sec, secs, res)
     return res

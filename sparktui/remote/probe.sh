@@ -1,0 +1,134 @@
+# The combined node probe (core/probes/script.py): every source in one round trip, each
+# framed as a section (@@sparktui:<name>@@ ... @@sparktui:/<name> <status>@@). Every section
+# name used here is declared once in script.py's SECTIONS; tests/unit/test_remote_scripts.py
+# checks the two agree. Positional parameters:
+#  $1 container name ('' = none)   $2 is_head (1/0)   $3 vLLM port ('' = don't ask vLLM)
+#  $4 ray: auto|dashboard|python|off   $5 Ray dashboard port   $6 Ray query timeout (s)
+#  $7 ray_nodes.py   $8 probe_env.sh   $9 http_get.py
+C=$1; HEAD=$2; VPORT=$3; RAYVIA=$4; DPORT=$5; RAYT=$6
+SNIP=$7; ENVS=$8; HTTPPY=$9
+LC_ALL=C; export LC_ALL
+have() { command -v "$1" >/dev/null 2>&1; }
+if have timeout; then T() { timeout "$@"; }; else T() { shift; "$@"; }; fi
+beg() { printf '@@sparktui:%s@@\n' "$1"; }
+fin() { printf '\n@@sparktui:/%s %s@@\n' "$1" "$2"; }
+mark() { beg "$1"; fin "$1" "$2"; }
+R=0
+run() {
+  n=$1; shift
+  beg "$n"
+  { E=$( { "$@"; } 2>&1 1>&3 3>&- ); R=$?; } 3>&1
+  fin "$n" "rc=$R"
+  if [ -n "$E" ]; then beg "$n.err"; printf '%.2000s' "$E"; fin "$n.err" rc=0; fi
+  return 0
+}
+vmetrics() {
+  M=$("$@"); r=$?
+  if have grep; then
+    printf '%s\n' "$M" | grep -E '^(# (HELP|TYPE) )?vllm:(num_requests_running|num_requests_waiting|kv_cache_usage_perc|gpu_cache_usage_perc|prompt_tokens(_total)?|generation_tokens(_total)?)[ {]'
+  else
+    printf '%s\n' "$M"
+  fi
+  return $r
+}
+
+ray_block() {
+  if [ "$RAYVIA" = off ]; then
+    mark ray skipped
+  else
+    DONE=0
+    if [ "$RAYVIA" != python ] && have curl; then
+      J=$(curl -s -m 2 "http://127.0.0.1:$DPORT/api/v0/nodes?limit=10000" 2>/dev/null)
+      case $J in
+        *'"result": true'*|*'"result":true'*)
+          beg ray_dashboard; printf '%s' "$J"; fin ray_dashboard rc=0; DONE=1 ;;
+      esac
+    fi
+    if [ "$DONE" = 0 ]; then
+      if [ "$RAYVIA" = dashboard ]; then mark ray unavailable
+      elif ! have docker; then mark ray skipped:no-docker
+      elif [ -z "$C" ]; then mark ray skipped:no-container
+      elif [ "$RUNNING" != 1 ]; then mark ray skipped:container-not-running
+      else
+        # $1 and $2 belong to the inner sh (the timeout and ray_nodes.py), not to this one
+        # shellcheck disable=SC2016
+        run ray T "$((RAYT + 2))" docker exec "$C" sh -c 'if command -v timeout >/dev/null 2>&1; then exec timeout "$1" python3 -c "$2"; else exec python3 -c "$2"; fi' sh "$RAYT" "$SNIP"
+      fi
+    fi
+  fi
+}
+
+beg probe; printf 'version=1 head=%s container=%s vllm_port=%s ray=%s\n' "$HEAD" "$C" "$VPORT" "$RAYVIA"; fin probe rc=0
+run hostname uname -n
+
+if have ip; then
+  run addr ip -j addr
+  if [ "$R" != 0 ]; then run addr4 ip -o -4 addr show; run link ip -o link; fi
+else
+  mark addr missing
+fi
+
+RUNNING=0
+if have docker; then
+  beg containers
+  DPS=$(T 8 docker ps -a --no-trunc --size=false --format '{{json .}}' 2>&1); R=$?
+  printf '%s' "$DPS"
+  fin containers "rc=$R"
+  if [ "$R" = 0 ] && [ -n "$C" ]; then
+    RUNNING=$(printf '%s\n' "$DPS" | while IFS= read -r L; do
+      case $L in *'"Names":"'"$C"'"'*'"State":"running"'*) echo 1; break ;; esac
+    done)
+    [ -n "$RUNNING" ] || RUNNING=0
+  fi
+  if [ -z "$C" ]; then mark env skipped:no-container
+  elif [ "$R" != 0 ]; then mark env skipped:docker-failed
+  elif [ "$RUNNING" = 1 ]; then run env T 5 docker exec "$C" sh -c "$ENVS"
+  else mark env skipped:container-not-running; fi
+else
+  mark containers missing
+  mark env skipped:no-docker
+fi
+
+# The Ray table (~1 s of Python in the head container) runs alongside the other sections.
+RAYTMP=
+if [ "$HEAD" = 1 ]; then
+  if have mktemp && RAYTMP=$(mktemp 2>/dev/null); then
+    ray_block >"$RAYTMP" 2>&1 &
+    RAYPID=$!
+  else
+    RAYTMP=; ray_block
+  fi
+fi
+
+if have nvidia-smi; then
+  run gpus T 5 nvidia-smi --query-gpu=index,name,uuid,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits
+  run gpu_apps T 5 nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits
+else
+  mark gpus missing
+  mark gpu_apps missing
+fi
+
+run meminfo cat /proc/meminfo
+
+if [ "$HEAD" = 1 ]; then
+  if [ -n "$VPORT" ]; then
+    U="http://127.0.0.1:$VPORT"
+    if have curl; then
+      run health curl -s -m 2 -o /dev/null -w '%{http_code}' "$U/health"
+      if [ "$R" = 0 ]; then
+        run metrics vmetrics curl -s -m 2 "$U/metrics"
+        run version curl -s -m 2 "$U/version"
+      fi
+    elif have python3; then
+      run health python3 -c "$HTTPPY" "$U/health" code
+      if [ "$R" = 0 ]; then
+        run metrics vmetrics python3 -c "$HTTPPY" "$U/metrics" body
+        run version python3 -c "$HTTPPY" "$U/version" body
+      fi
+    else
+      mark health unavailable
+    fi
+  fi
+fi
+if [ -n "$RAYTMP" ]; then wait "$RAYPID"; cat "$RAYTMP"; rm -f "$RAYTMP"; fi
+printf '@@sparktui:end@@\n'
