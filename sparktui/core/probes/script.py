@@ -382,6 +382,6 @@ def parse_probe(stdout: str) -> ProbeResult:
         elif (err := sec.error()) is not None:
             res.errors[name] = err
     for spec in SECTIONS:
-        if spec.parse is not None and (sec := secs.get(spec.name)) is not None:
-            spec.parse(sec, secs, res)
+        if spec.parse is not None and (found := secs.get(spec.name)) is not None:
+            spec.parse(found, secs, res)
     return res
