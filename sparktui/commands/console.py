@@ -12,9 +12,7 @@ def run(args) -> int:
     if getattr(args, "demo", False):
         from sparktui.tui.demo import DemoBackend
 
-        backend = DemoBackend()
-        if getattr(args, "read_only", False):
-            backend.read_only = backend.cfg.read_only = True
+        backend = DemoBackend(read_only=getattr(args, "read_only", False))
     else:
         cfg = load_config(args)
         if cfg is None:

@@ -1,14 +1,18 @@
-"""The console's one action registry: every key the operator can press, with its binding
-id (the name a `keymap:` entry in the config uses), default key, description and whether
-it changes the nodes. Footer, help screen and command palette are all built from here;
-read-only mode drops the mutating actions in `available()` and nowhere else.
+"""What the console's keys do: the core's actions (`sparktui.core.actions.ACTIONS`: id,
+title, description, mutating, default key) plus the UI-only ones below (filter, copy,
+help, quit, ...). Footer, help screen, command palette and keymap ids are all built from
+`REGISTRY`. Whether an action is offered is not decided here: the main screen's
+`check_action` asks the backend, which asks the core.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from textual.binding import Binding
+
+from sparktui.core.actions import ACTIONS, ActionSpec
 
 
 @dataclass(frozen=True)
@@ -17,37 +21,40 @@ class UiAction:
     key: str  # default key
     label: str  # footer text
     description: str  # help screen and palette
-    action: str  # Textual action string
+    action: str  # Textual action string (on the main screen unless it names `app.`)
     mutating: bool = False
     show: bool = True  # in the footer
+    core: str | None = None  # the core action it runs, if any
 
 
-REGISTRY: tuple[UiAction, ...] = (
-    UiAction("teardown", "t", "Teardown",
-             "Stop and remove the vLLM/Ray container on every node (asks first)",
-             "app.core_action('teardown')", mutating=True),
-    UiAction("restart", "r", "Restart",
-             "Tear down, then start Ray head and workers pinned to the configured IPs (asks first)",
-             "app.core_action('restart')", mutating=True),
-    UiAction("serve", "s", "Serve",
-             "Preflight, then start vLLM on the head and wait for /health (asks first)",
-             "app.core_action('serve')", mutating=True),
-    UiAction("preflight", "d", "Preflight",
-             "Run the doctor checks now (changes nothing)", "app.preflight"),
-    UiAction("filter", "slash", "Filter", "Filter the log pane (Esc clears)", "app.filter_log"),
+#: The console's keymap id of a core action where it is not the core's id (configs say
+#: `keymap: {preflight: ...}` for the doctor).
+KEYMAP_IDS = {"doctor": "preflight"}
+
+
+def _from_core(spec: ActionSpec) -> UiAction:
+    return UiAction(KEYMAP_IDS.get(spec.id, spec.id), spec.key, spec.title, spec.description,
+                    f"screen.core_action('{spec.id}')", spec.mutating, core=spec.id)
+
+
+UI_ONLY: tuple[UiAction, ...] = (
+    UiAction("filter", "slash", "Filter", "Filter the log pane (Esc clears)", "screen.filter_log"),
     UiAction("findings", "f", "Findings only",
-             "Show only log lines that matched a finding (toggle)", "app.toggle_findings_only"),
+             "Show only log lines that matched a finding (toggle)",
+             "screen.toggle_findings_only"),
     UiAction("log", "l", "Follow",
-             "Follow the log, or pause it where it is (toggle)", "app.toggle_follow"),
+             "Follow the log, or pause it where it is (toggle)", "screen.toggle_follow"),
     UiAction("copy", "c", "Copy",
              "Copy the selected finding, or the log lines in view, to the clipboard (OSC 52)",
-             "app.copy"),
-    UiAction("save", "w", "Save log", "Save the log lines in view to a file", "app.save_log",
-             show=False),
-    UiAction("help", "question_mark", "Help", "List every key and action", "app.help"),
+             "screen.copy"),
+    UiAction("save", "w", "Save log", "Save the log lines in view to a file",
+             "screen.save_log", show=False),
+    UiAction("help", "question_mark", "Help", "List every key and action", "screen.help"),
     UiAction("quit", "q", "Quit",
              "Quit the console (everything on the nodes keeps running)", "app.quit"),
 )
+
+REGISTRY: tuple[UiAction, ...] = (*(_from_core(s) for s in ACTIONS.values()), *UI_ONLY)
 
 KEY_DISPLAY = {"slash": "/", "question_mark": "?"}
 
@@ -56,23 +63,30 @@ def by_id(action_id: str) -> UiAction | None:
     return next((a for a in REGISTRY if a.id == action_id), None)
 
 
-def available(read_only: bool) -> tuple[UiAction, ...]:
-    """The actions this console offers: in read-only mode, no mutating ones."""
-    return tuple(a for a in REGISTRY if not (read_only and a.mutating))
+def offered(allows: Callable[[str], bool]) -> tuple[UiAction, ...]:
+    """The actions to list (help, palette): the UI's own, and the core's that `allows`."""
+    return tuple(a for a in REGISTRY if a.core is None or allows(a.core))
 
 
-def bindings(read_only: bool) -> list[Binding]:
-    """Key bindings for the main screen. In read-only mode a mutating action's key is bound
-    to a refusal notice only (hidden from footer, key panel and palette)."""
+def bindings() -> list[Binding]:
+    """The main screen's bindings. A mutating action's key has a second, hidden binding
+    with the same id (a keymap moves both) that only says it is refused: `check_action`
+    enables exactly one of the two, as the backend allows the action or not."""
     out: list[Binding] = []
     for a in REGISTRY:
-        if read_only and a.mutating:
-            out.append(Binding(a.key, f"app.refused('{a.id}')", "", show=False,
+        out.append(Binding(a.key, a.action, a.label, show=a.show, id=a.id,
+                           key_display=KEY_DISPLAY.get(a.key), tooltip=a.description))
+        if a.mutating:
+            out.append(Binding(a.key, f"screen.refused('{a.core}')", "", show=False,
                                system=True, id=a.id))
-        else:
-            out.append(Binding(a.key, a.action, a.label, show=a.show, id=a.id,
-                               key_display=KEY_DISPLAY.get(a.key), tooltip=a.description))
     return out
+
+
+def key_for(action_id: str, keymap: dict[str, str]) -> str:
+    """The key the operator presses for `action_id`, as shown (keymap applied)."""
+    a = by_id(action_id)
+    key = keymap.get(action_id) or (a.key if a else "?")
+    return KEY_DISPLAY.get(key, key)
 
 
 def unknown_keymap_ids(keymap: dict[str, str]) -> list[str]:

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
+from sparktui.core.actions import refusal
+from sparktui.core.actions.executor import StepState
 from sparktui.core.model import ClusterSnapshot, Finding
 
 if TYPE_CHECKING:
     from sparktui.config import Config
 
-StepState = Literal["pending", "running", "ok", "failed", "skipped", "refused", "cancelled"]
+__all__ = ["ActionOutcome", "Backend", "Emit", "LogMark", "PlanLine", "PlanView", "Progress",
+           "StepState"]
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,18 @@ class Backend:
 
     def __init__(self, cfg: Config, *, read_only: bool = False) -> None:
         self.cfg = cfg
-        self.read_only = read_only or cfg.read_only
+        if read_only:  # read-only lives in one place, the config: the core reads it there
+            cfg.read_only = True
+
+    @property
+    def read_only(self) -> bool:
+        """Watch only: mutating actions are refused (by the core; the console only asks)."""
+        return self.cfg.read_only
+
+    def allows(self, action: str) -> bool:
+        """Whether the core would run action `action` here (it refuses the mutating ones in
+        read-only mode); the console hides what it would refuse."""
+        return refusal(action, self.read_only) is None
 
     @property
     def log_label(self) -> str:

@@ -145,12 +145,12 @@ class DemoBackend(LiveBackend):
 
     demo = True
 
-    def __init__(self, *, line_delay: float = 0.05) -> None:
+    def __init__(self, *, line_delay: float = 0.05, read_only: bool = False) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix="sparktui-demo-"))
         self.log_path = self._dir / "vllm.log"
         self.log_path.touch()
         cfg = demo_config(str(self.log_path))
-        super().__init__(cfg, monitor=DemoMonitor(cfg))
+        super().__init__(cfg, read_only=read_only, monitor=DemoMonitor(cfg))
         self.line_delay = line_delay
         self._writer: asyncio.Task | None = None
 

@@ -48,7 +48,6 @@ class LiveBackend(Backend):
     def __init__(self, cfg: Config, *, read_only: bool = False,
                  monitor: Monitor | None = None) -> None:
         super().__init__(cfg, read_only=read_only)
-        cfg.read_only = self.read_only  # the actions layer reads it from the config
         from sparktui.core.monitor import Monitor
         from sparktui.knowledge import Diagnosis, Matcher, load_for_config
 

@@ -29,7 +29,7 @@ def main_screen_app(theme: str, *, read_only: bool = False) -> tuple[SparkApp, T
     backend = TestBackend(cfg, asyncio.run(seed_snapshot(cfg)), read_only=read_only)
     app = SparkApp(backend, theme=theme)
     for name, values in HISTORY.items():
-        app.history[name] = deque(values, maxlen=60)
+        app.main.history[name] = deque(values, maxlen=60)
     return app, backend
 
 
@@ -40,10 +40,10 @@ def feeder(backend: TestBackend):
         backend.feed(seed_log_lines())
         for _ in range(50):
             await pilot.pause(0.1)
-            if pilot.app.log_findings and backend.queue.empty():
+            if pilot.app.main.log_findings and backend.queue.empty():
                 break
         await pilot.pause(0.3)
-        assert pilot.app.log_findings, "the scene did not render (no log findings)"
+        assert pilot.app.main.log_findings, "the scene did not render (no log findings)"
 
     return run_before
 

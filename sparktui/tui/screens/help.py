@@ -19,17 +19,22 @@ LOG_KEYS = (
 )
 
 
-def help_content(rows: list[tuple[str, str, str, bool]], read_only: bool) -> Content:
-    """rows: (key, action id, description, mutating)."""
+def _words(ids: list[str]) -> str:
+    return ids[0] if len(ids) == 1 else f"{', '.join(ids[:-1])} and {ids[-1]}"
+
+
+def help_content(rows: list[tuple[str, str, str, bool]], refused: list[str]) -> Content:
+    """rows: (key, action id, description, mutating); refused: the action ids the core
+    refuses here (read-only mode)."""
     parts: list[str | tuple[str, str]] = [("Actions", "bold"), "\n"]
     for key, action_id, description, mutating in rows:
         parts += [(f" {key:<8}", "bold $accent"), (f"{action_id:<10}", ""),
                   (description, ""), ("  (changes nodes)" if mutating else "", "$log-warning"),
                   "\n"]
-    if read_only:
+    if refused:
         parts += ["\n", (" READ-ONLY ", "bold reverse $badge-readonly"),
-                  " teardown, restart and serve are disabled; the transport refuses any "
-                  "command that changes a node.\n"]
+                  f" {_words(refused)} {'is' if len(refused) == 1 else 'are'} disabled; the "
+                  "transport refuses any command that changes a node.\n"]
     parts += ["\n", ("Navigation", "bold"), "\n"]
     for key, text in LOG_KEYS:
         parts += [(f" {key:<16}", "bold $accent"), text, "\n"]
@@ -43,17 +48,17 @@ class HelpScreen(ModalScreen[None]):
         Binding("escape,question_mark,q", "dismiss_help", "Close", show=False),
     ]
 
-    def __init__(self, rows: list[tuple[str, str, str, bool]], read_only: bool) -> None:
+    def __init__(self, rows: list[tuple[str, str, str, bool]], refused: list[str]) -> None:
         super().__init__(id="help-screen")
         self.rows = rows
-        self.read_only = read_only
+        self.refused = refused
 
     def compose(self) -> ComposeResult:
         with Vertical(id="help-box") as box:
             box.border_title = "help"
             box.border_subtitle = "Esc closes"
             with VerticalScroll():
-                yield Static(help_content(self.rows, self.read_only), id="help-text",
+                yield Static(help_content(self.rows, self.refused), id="help-text",
                              markup=False)
 
     def action_dismiss_help(self) -> None:

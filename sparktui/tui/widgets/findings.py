@@ -3,8 +3,12 @@ for the selected one: explanation, fix with live names and IPs, source line, lin
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.content import Content
+from textual.message import Message
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
@@ -31,13 +35,31 @@ def finding_prompt(f: Finding) -> Content:
 
 
 class FindingsList(OptionList):
-    """Selectable findings; keeps the selection across refreshes."""
+    """Selectable findings; keeps the selection across refreshes. Posts `Selected` whenever
+    the finding under the cursor changes (moved to, or the same one with new text)."""
+
+    @dataclass
+    class Selected(Message):
+        """The finding to show in detail (None: the list is empty)."""
+
+        finding: Finding | None
 
     def __init__(self) -> None:
         super().__init__(id="findings", markup=False)
         self.border_title = "findings"
         self._keys: list[str] = []
         self._findings: dict[str, Finding] = {}
+        self._announced: Finding | None = None
+
+    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        event.stop()
+        self._announce()
+
+    def _announce(self) -> None:
+        selected = self.selected
+        if selected is not self._announced:
+            self._announced = selected
+            self.post_message(self.Selected(selected))
 
     @property
     def selected(self) -> Finding | None:
@@ -63,6 +85,7 @@ class FindingsList(OptionList):
                 self.highlighted = keys.index(current) if current in keys else 0
         errors = sum(1 for f in findings if f.severity == "error")
         self.border_title = f"findings {len(findings)}" + (f" · {errors} error" if errors else "")
+        self._announce()
 
 
 def render_finding(f: Finding | None) -> Content:
@@ -99,7 +122,7 @@ class FindingDetail(VerticalScroll):
         self.border_title = "detail"
         self.finding: Finding | None = None
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield Static(render_finding(None), id="finding-text", markup=False)
 
     def show(self, finding: Finding | None) -> None:

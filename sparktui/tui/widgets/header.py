@@ -5,18 +5,24 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.content import Content
+from textual.reactive import reactive
 from textual.widgets import Label
 
 
 class HeaderBar(Horizontal):
-    """One line: `sparktui · cluster <name>  [DEMO] [READ-ONLY]  refresh …`."""
+    """One line: `sparktui · cluster <name>  [DEMO] [READ-ONLY]  refresh …`. The screen
+    sets `refresh_text`, `stale` and `action_text`; the labels follow."""
+
+    refresh_text: reactive[str] = reactive("", init=False)
+    stale: reactive[bool] = reactive(False, init=False)
+    action_text: reactive[str] = reactive("", init=False)
 
     def __init__(self, cluster: str, *, read_only: bool, demo: bool, interval: float) -> None:
         super().__init__(id="header")
         self.cluster = cluster
         self.read_only = read_only
         self.demo = demo
-        self.interval = interval
+        self.set_reactive(HeaderBar.refresh_text, f"refresh {interval:g}s · starting")
 
     def compose(self) -> ComposeResult:
         yield Label(Content.assemble(("sparktui", "bold"), " · cluster ",
@@ -25,13 +31,14 @@ class HeaderBar(Horizontal):
             yield Label(" DEMO ", id="badge-demo", classes="badge", markup=False)
         if self.read_only:
             yield Label(" READ-ONLY ", id="badge-readonly", classes="badge", markup=False)
-        yield Label("", id="action-state", markup=False)
-        yield Label(f"refresh {self.interval:g}s · starting", id="refresh", markup=False)
+        yield Label(self.action_text, id="action-state", markup=False)
+        yield Label(self.refresh_text, id="refresh", markup=False)
 
-    def set_refresh(self, text: str, *, stale: bool = False) -> None:
-        label = self.query_one("#refresh", Label)
-        label.update(text)
-        label.set_class(stale, "-stale")
+    def watch_refresh_text(self, text: str) -> None:
+        self.query_one("#refresh", Label).update(text)
 
-    def set_action(self, text: str) -> None:
+    def watch_stale(self, stale: bool) -> None:
+        self.query_one("#refresh", Label).set_class(stale, "-stale")
+
+    def watch_action_text(self, text: str) -> None:
         self.query_one("#action-state", Label).update(text)

@@ -1,0 +1,394 @@
+"""The console's main screen: node panes, findings, log and vLLM strip over a Backend. It
+holds the console's state and does its work; the App around it is a shell.
+
+Collectors (monitor ticks, the log follower, actions) run as this screen's workers and
+post dataclass messages to it; the monitor is re-armed with `set_timer` after each tick
+and pauses while another screen (a dialog) is up; every worker's end or failure goes
+through `on_worker_state_changed`. Widgets post what the operator did
+(`FindingsList.Selected`, ...) and the screen routes it. Which actions are offered is
+`check_action`'s answer, and that only asks the backend (read-only is the core's call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Iterable
+from functools import partial
+
+from textual import on, work
+from textual.app import ComposeResult, SystemCommand
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import Footer
+from textual.worker import Worker, WorkerState
+
+from sparktui import locations
+from sparktui.core.actions import ACTIONS
+from sparktui.core.model import ClusterSnapshot, Finding, NodeState, sort_findings
+from sparktui.tui import actions as registry
+from sparktui.tui.backend import Backend, PlanView
+from sparktui.tui.messages import ActionFinished, ActionProgress, LogBatch, SnapshotUpdated
+from sparktui.tui.screens.confirm import ConfirmScreen
+from sparktui.tui.screens.help import HelpScreen
+from sparktui.tui.screens.progress import ProgressScreen
+from sparktui.tui.widgets.findings import FindingDetail, FindingsList, finding_key
+from sparktui.tui.widgets.header import HeaderBar
+from sparktui.tui.widgets.log_pane import LogPane, LogView
+from sparktui.tui.widgets.node_pane import NodePane, memory_of
+from sparktui.tui.widgets.vllm_strip import VllmStrip
+
+HISTORY = 60  # memory samples kept per node (sparkline)
+COPY_MAX_LINES = 1000  # OSC 52 payloads beyond ~100 KB are dropped by some terminals
+
+
+class MainScreen(Screen[None]):
+    """The console's one screen, and its controller. Bindings come from the registry."""
+
+    AUTO_FOCUS = "#findings"
+    BINDINGS = registry.bindings()
+
+    class Ready(Message):
+        """The screen is composed and its collectors are started."""
+
+    def __init__(self, backend: Backend, *, max_log_lines: int = 20000, poll: bool = True,
+                 follow_log: bool = True) -> None:
+        super().__init__(id="main")
+        self.backend = backend
+        self.cfg = backend.cfg
+        self.max_log_lines = max_log_lines
+        self._poll_enabled = poll
+        self._follow_enabled = follow_log
+        self.snapshot: ClusterSnapshot | None = None
+        self.history: dict[str, deque[float]] = {}
+        self.log_findings: dict[str, Finding] = {}
+        self.doctor_findings: list[Finding] = []
+        self.running_action: str | None = None
+        self._progress: ProgressScreen | None = None
+        self._last_error: dict[str, str] = {}
+        self._poll_timer: Timer | None = None
+        self._log_applied = asyncio.Event()
+
+    def compose(self) -> ComposeResult:
+        cfg = self.cfg
+        yield HeaderBar(cfg.cluster_name, read_only=self.backend.read_only,
+                        demo=self.backend.demo, interval=cfg.refresh_interval)
+        yield VllmStrip(cfg.vllm.port)
+        with Horizontal(id="nodes"):
+            for n in cfg.nodes:
+                yield NodePane(NodeState(name=n.name, host=n.host, role=n.role,
+                                         configured_ip=n.ip, error="probing…"),
+                               n.container.name)
+        with Horizontal(id="middle"):
+            yield FindingsList()
+            yield FindingDetail()
+        yield LogPane(self.backend.log_label, self.max_log_lines)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.call_later(self._start)
+
+    def _start(self) -> None:
+        if self._poll_enabled:
+            self._poll()
+        if self._follow_enabled:
+            self._start_log()
+        self.post_message(self.Ready())
+
+    # ------------------------------------------------------------------ widgets
+
+    @property
+    def header(self) -> HeaderBar:
+        return self.query_one(HeaderBar)
+
+    @property
+    def log_view(self) -> LogView:
+        return self.query_one(LogView)
+
+    @property
+    def findings_list(self) -> FindingsList:
+        return self.query_one(FindingsList)
+
+    # ------------------------------------------------------------------ collectors
+
+    def _dialog_open(self) -> bool:
+        return self.app.screen is not self
+
+    def _poll(self) -> None:
+        """One monitor tick in a worker; the worker's end re-arms the timer."""
+        self._poll_timer = None
+        if self._dialog_open():
+            self.header.refresh_text = "refresh paused (dialog open)"
+            self._poll_timer = self.set_timer(0.5, self._poll)
+            return
+        self.run_worker(self._refresh(), name="refresh", group="refresh", exclusive=True,
+                        exit_on_error=False)
+
+    async def _refresh(self) -> None:
+        snapshot = await self.backend.refresh()
+        self.post_message(SnapshotUpdated(snapshot))
+
+    def _start_log(self) -> None:
+        self.run_worker(self._follow_log(), name="log", group="log", exclusive=True,
+                        exit_on_error=False)
+
+    async def _follow_log(self) -> None:
+        # One batch in flight: the next is posted once the pane has applied this one.
+        # Meanwhile the follower's bounded queue (and, through it, the node) holds the rest,
+        # so a flood never piles up in the message queue ahead of key presses.
+        applied = self._log_applied = asyncio.Event()
+        applied.set()
+        async for node, lines, events in self.backend.follow_log():
+            if lines or events:
+                await applied.wait()
+                applied.clear()
+                self.post_message(LogBatch(node, list(lines), list(events)))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """Every collector's end and every failure, in one place."""
+        worker, state = event.worker, event.state
+        if state not in (WorkerState.SUCCESS, WorkerState.ERROR, WorkerState.CANCELLED):
+            return
+        group = worker.group
+        error = worker.error if state == WorkerState.ERROR else None
+        if group == "refresh":
+            if error is not None:
+                self._report("refresh", f"Refresh failed: {type(error).__name__}: {error}")
+                self.header.refresh_text = f"refresh failed: {error}"
+                self.header.stale = True
+            if self._poll_enabled and self._poll_timer is None and self.app.is_running:
+                self._poll_timer = self.set_timer(self.cfg.refresh_interval, self._poll)
+        elif group == "log" and state != WorkerState.CANCELLED:
+            why = f"{type(error).__name__}: {error}" if error else "the log stream ended"
+            self._report("log", f"Log follower stopped ({why}); retrying in 5 s.")
+            self.set_timer(5, self._start_log)
+        elif group == "action" and error is not None:
+            self.post_message(ActionFinished(self.running_action or "action", False,
+                                             f"{type(error).__name__}: {error}"))
+        elif group == "save" and error is not None:
+            self.notify(f"Could not save the log: {error}", severity="error")
+
+    def _report(self, what: str, message: str) -> None:
+        """Notify a collector problem once until it changes."""
+        if self._last_error.get(what) != message:
+            self._last_error[what] = message
+            self.notify(message, severity="error", timeout=8)
+
+    # ------------------------------------------------------------------ what the collectors post
+
+    def on_snapshot_updated(self, message: SnapshotUpdated) -> None:
+        snap = message.snapshot
+        self.snapshot = snap
+        self._last_error.pop("refresh", None)
+        panes = {p.node_name: p for p in self.query(NodePane)}
+        for node in snap.nodes:
+            hist = self.history.setdefault(node.name, deque(maxlen=HISTORY))
+            mem = memory_of(node)
+            if mem is not None and node.reachable:
+                hist.append(round(mem.fraction * 100, 1))
+            pane = panes.get(node.name)
+            if pane is None:
+                pane = NodePane(node)
+                self.query_one("#nodes").mount(pane)
+            pane.update_state(node, list(hist))
+        self.query_one(VllmStrip).update_status(snap.vllm)
+        down = sum(1 for n in snap.nodes if not n.reachable)
+        text = f"refresh {self.cfg.refresh_interval:g}s · tick {snap.tick}"
+        if snap.ray_error and snap.ray_error != "not read yet":
+            text += f" · Ray: {snap.ray_error}"
+        if down:
+            text += f" · {down} node{'s' if down > 1 else ''} down"
+        self.header.refresh_text = text
+        self.header.stale = bool(down)
+        if self.log_findings:
+            self._join_log_findings()
+        self._show_findings()
+
+    def on_log_batch(self, message: LogBatch) -> None:
+        try:
+            self._apply_log_batch(message)
+        finally:
+            self._log_applied.set()
+
+    def _apply_log_batch(self, message: LogBatch) -> None:
+        if message.events:
+            self.query_one(LogPane).set_stream_state(message.events[-1])
+        view = self.log_view
+        entries = view.add_lines(message.node, message.lines)
+        if not entries:
+            return
+        # the knowledge base reads what the pane shows (escapes dropped, controls replaced):
+        # a finding quotes its log line, and that text reaches the screen too
+        marks = self.backend.scan_log([e.text for e in entries])
+        for m in marks:
+            view.mark(m.line, m.severity, m.pattern)
+        if marks:
+            self._join_log_findings()
+            self._show_findings()
+
+    def _join_log_findings(self) -> None:
+        self.log_findings = {finding_key(f): f
+                             for f in self.backend.log_findings(self.snapshot)}
+
+    def all_findings(self) -> list[Finding]:
+        """Live checks, the doctor's and the log's findings, one each, errors first."""
+        out: dict[str, Finding] = {}
+        for f in (*(self.snapshot.findings if self.snapshot else ()), *self.doctor_findings,
+                  *self.log_findings.values()):
+            out.setdefault(finding_key(f), f)
+        return sort_findings(list(out.values()))
+
+    def _show_findings(self) -> None:
+        self.findings_list.set_findings(self.all_findings())
+
+    @on(FindingsList.Selected)
+    def _show_detail(self, message: FindingsList.Selected) -> None:
+        self.query_one(FindingDetail).show(message.finding)
+
+    # ------------------------------------------------------------------ availability
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A core action is offered only if the backend allows it (read-only: the core
+        refuses the mutating ones); its key then says so through `refused` instead."""
+        if action == "core_action":
+            return self.backend.allows(str(parameters[0]))
+        if action == "refused":
+            return not self.backend.allows(str(parameters[0]))
+        return True
+
+    def offered(self) -> tuple[registry.UiAction, ...]:
+        return registry.offered(self.backend.allows)
+
+    def system_commands(self) -> Iterable[SystemCommand]:
+        """The palette's entries for what this screen offers."""
+        for a in self.offered():
+            yield SystemCommand(f"{a.label} ({self._key_for(a.id)})", a.description,
+                                partial(self.run_action, a.action))
+
+    def _key_for(self, action_id: str) -> str:
+        return registry.key_for(action_id, self.cfg.keymap)
+
+    # ------------------------------------------------------------------ actions
+
+    def action_refused(self, action_id: str) -> None:
+        self.notify(f"Read-only: {action_id} is disabled here (it would change the nodes).",
+                    title="READ-ONLY", severity="warning")
+
+    def action_core_action(self, action_id: str) -> None:
+        """t / r / s / d: show the plan and confirm (focus on Cancel) where the action asks
+        first, then run it."""
+        spec = ACTIONS[action_id]
+        if self.running_action:
+            self.notify(f"{self.running_action} is still running; one action at a time.",
+                        severity="warning")
+            return
+        plan = self.backend.plan(action_id)
+        if plan.error:
+            what = action_id if spec.confirm else f"run {spec.title.lower()}"
+            self.notify(f"Cannot {what}: {plan.error}", severity="error", timeout=10)
+            return
+        if spec.confirm:
+            self.app.push_screen(ConfirmScreen(plan), callback=partial(self._confirmed, plan))
+        else:
+            self._run_action(plan)
+
+    def _confirmed(self, plan: PlanView, ok: bool | None) -> None:
+        if not ok:
+            self.notify(f"{plan.action} cancelled — nothing was run.")
+            return
+        self._run_action(plan)
+
+    def _run_action(self, plan: PlanView) -> None:
+        self.running_action = plan.action
+        self.header.action_text = f"▸ {plan.action} running"
+        self._progress = ProgressScreen(plan)
+        self.app.push_screen(self._progress)
+        self.run_worker(self._execute(plan.action), name=f"action:{plan.action}",
+                        group="action", exit_on_error=False)
+
+    async def _execute(self, action: str) -> None:
+        outcome = await self.backend.execute(
+            action, lambda p: self.post_message(ActionProgress(p)))
+        self.post_message(ActionFinished(action, outcome.ok, outcome.summary,
+                                         list(outcome.findings)))
+
+    def on_action_progress(self, message: ActionProgress) -> None:
+        if self._progress is not None:
+            self._progress.update_progress(message.progress)
+
+    def on_action_finished(self, message: ActionFinished) -> None:
+        self.running_action = None
+        self.header.action_text = ""
+        if self._progress is not None:
+            self._progress.finish(message.ok, message.summary)
+        if message.action == "doctor":
+            self.doctor_findings = list(message.findings)
+            self._show_findings()
+        self.notify(f"{message.action}: {message.summary}",
+                    severity="information" if message.ok else "error", timeout=10)
+        if self._poll_enabled and self._poll_timer is not None:  # refresh soon after
+            self._poll_timer.stop()
+            self._poll_timer = self.set_timer(0.2, self._poll)
+
+    def action_filter_log(self) -> None:
+        self.query_one(LogPane).open_filter()
+
+    def action_toggle_findings_only(self) -> None:
+        view = self.log_view
+        view.set_findings_only(not view.findings_only)
+        self.notify("Log: only lines with findings." if view.findings_only
+                    else "Log: every line.", timeout=3)
+
+    def action_toggle_follow(self) -> None:
+        view = self.log_view
+        view.set_follow(not view.follow)
+
+    def action_copy(self) -> None:
+        flist = self.findings_list
+        selected = flist.selected
+        in_findings = flist.has_focus or self.query_one(FindingDetail).has_focus_within
+        if in_findings and selected is not None:
+            self.app.copy_to_clipboard(finding_text(selected))
+            self.notify(f"Copied finding '{selected.title or selected.id}' to the clipboard.")
+            return
+        lines = [e.text for e in self.log_view.view[-COPY_MAX_LINES:]]
+        self.app.copy_to_clipboard("\n".join(lines))
+        self.notify(f"Copied {len(lines)} log line{'s' if len(lines) != 1 else ''} "
+                    "to the clipboard.")
+
+    def action_save_log(self) -> None:
+        self._save(self.log_view.visible_text())
+
+    @work(thread=True, group="save", exit_on_error=False)
+    def _save(self, text: str) -> None:
+        directory = locations.state_dir() / "logs"
+        directory.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        path = directory / f"{self.cfg.cluster_name}-vllm-{stamp}.log"
+        path.write_text(text + ("\n" if text else ""), encoding="utf-8")
+        lines = text.count("\n") + 1 if text else 0
+        self.app.call_from_thread(self.notify, f"Saved {lines} lines to {path}", timeout=10)
+
+    def action_help(self) -> None:
+        if isinstance(self.app.screen, HelpScreen):
+            return
+        rows = [(self._key_for(a.id), a.id, a.description, a.mutating) for a in self.offered()]
+        refused = [a.id for a in registry.REGISTRY
+                   if a.core is not None and not self.backend.allows(a.core)]
+        self.app.push_screen(HelpScreen(rows, refused))
+
+
+def finding_text(f: Finding) -> str:
+    """A finding as plain text (clipboard)."""
+    out = [f"{f.severity.upper()}: {f.title or f.id} [{f.node or 'cluster'}]", f.message]
+    if f.explanation:
+        out += ["", f.explanation.strip()]
+    if f.fix:
+        out += ["", "Fix:", f.fix.strip()]
+    if f.text:
+        out += ["", f"Log line {f.line}: {f.text.strip()}"]
+    out += list(f.links)
+    return "\n".join(out)
