@@ -46,15 +46,19 @@ CATEGORIES: tuple[str, ...] = (
     "docker_container_conflict",
     "dgx_spark_gb10",
 )
-DEFAULT_SEVERITY = {"primary": "error", "secondary": "error", "predictive": "warning",
-                    "context": "info", "benign": "info"}
+#: Where an error no pattern explains goes (the `unrecognised-error` finding).
+UNKNOWN = "unknown"
+ALL_CATEGORIES: tuple[str, ...] = (*CATEGORIES, UNKNOWN)
+DEFAULT_SEVERITY = {"primary": "error", "generic": "error", "secondary": "error",
+                    "predictive": "warning", "context": "info", "benign": "info",
+                    "fallback": "error"}
 MAX_SPAN = 10
 DEFAULT_SPAN = 2
 # Captures every hit gets from the line's Ray/vLLM prefix: "(Name pid=N, ip=X)".
 PREFIX_CAPTURES = ("node_ip", "process")
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,79}$")
-Role = Literal["primary", "predictive", "secondary", "context", "benign"]
+Role = Literal["primary", "generic", "predictive", "secondary", "context", "benign", "fallback"]
 Severity = Literal["error", "warning", "info"]
 ROLES: tuple[str, ...] = get_args(Role)
 SEVERITIES: tuple[str, ...] = get_args(Severity)
@@ -152,7 +156,7 @@ class Pattern(_Frozen):
     """A crash signature: the fields of patterns.yaml (see its header), validated."""
 
     id: Annotated[str, BeforeValidator(_pattern_id)]
-    category: Literal[CATEGORIES]  # type: ignore[valid-type]
+    category: Literal[ALL_CATEGORIES]  # type: ignore[valid-type]
     role: Role = "primary"
     severity: Severity
     title: Prose
@@ -165,6 +169,10 @@ class Pattern(_Frozen):
     links: Links = ()
     silent: bool = False
     enabled: bool = True
+    unless_later: Annotated[tuple[str, ...], BeforeValidator(lambda v: _strs(v) if v else ())] = ()
+    """Absence: the hit counts only if none of these pattern ids matches later in the log."""
+    same: str | None = None
+    """With `unless_later`: only a later hit with the same value of this capture ends it."""
     origin: str = "builtin"
     _compiled: tuple[re.Pattern[str], ...] = PrivateAttr(default=())
 
@@ -199,6 +207,9 @@ class Pattern(_Frozen):
         if self.silent and self.role != "benign":
             raise rule("silent", "only a benign pattern can be silent", field="silent")
         compiled = tuple(re.compile(rx) for rx in self.regexes)
+        if self.same is not None and not any(self.same in rx.groupindex for rx in compiled):
+            raise rule("same", "{same} is not a named capture of the regexes", same=self.same,
+                       field="same")
         if self.message is not None:
             groups = set(PREFIX_CAPTURES).union(*(rx.groupindex for rx in compiled))
             try:
@@ -378,6 +389,11 @@ def load(user_patterns: Iterable[Mapping[str, Any]] | None = None, *,
             continue
         patterns.append(_pattern(item, categories, origin))
     ids = {p.id for p in patterns}
+    for p in patterns:
+        for pid in p.unless_later:
+            if pid not in ids:
+                raise KnowledgeBaseError(f"{p.origin}: pattern '{p.id}': field 'unless_later': "
+                                         f"unknown pattern '{pid}'")
     rules = tuple(_rule(r, ids, where_builtin, i) for i, r in enumerate(data.get("rules") or ()))
     return KnowledgeBase(categories=categories, patterns=tuple(patterns), rules=rules)
 
@@ -425,11 +441,11 @@ def _raw_id(item: Any, where: str, index: int) -> str:
 def _categories(raw: Any, where: str) -> dict[str, Category]:
     if not isinstance(raw, Mapping):
         raise KnowledgeBaseError(f"{where}: 'categories' must be a mapping")
-    extra = set(raw) - set(CATEGORIES)
+    extra = set(raw) - set(ALL_CATEGORIES)
     if extra:
         raise KnowledgeBaseError(f"{where}: unknown category '{sorted(extra)[0]}'")
     out = {}
-    for name in CATEGORIES:
+    for name in ALL_CATEGORIES:
         c = raw.get(name)
         if not isinstance(c, Mapping):
             raise KnowledgeBaseError(f"{where}: category '{name}' is missing")

@@ -476,8 +476,12 @@ def _match(pattern: Pattern, line: int, first: str, pos: int, rest: list[str]) -
 
 
 def _suppress_benign(hits: list[Hit]) -> list[Hit]:
-    """A benign hit silences alarms on the same line (context captures stay)."""
+    """A benign hit silences alarms on the same line (context captures stay); a fallback hit
+    stands only on a line no other signature explains."""
     benign = {h.line for h in hits if h.pattern.role == "benign"}
-    if not benign:
+    named = {h.line for h in hits if h.pattern.role not in ("context", "fallback")}
+    if not benign and not named.intersection(h.line for h in hits if h.pattern.role == "fallback"):
         return hits
-    return [h for h in hits if h.pattern.role in ("benign", "context") or h.line not in benign]
+    return [h for h in hits
+            if (h.pattern.role in ("benign", "context") or h.line not in benign)
+            and (h.pattern.role != "fallback" or h.line not in named)]

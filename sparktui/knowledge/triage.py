@@ -10,6 +10,13 @@
   categories when a more specific signature was seen (/dev/shm explains NCCL's
   'unhandled system error'; a GB10-sized total turns a free-memory error into a UMA one).
 - Context patterns only add captures; benign ones never raise more than an info finding.
+- Generic patterns (a category's broad key phrases) name a root cause when no specific
+  pattern does; they rank after primaries and before warnings and wrappers.
+- Absences (`unless_later`): a start that never finished within the log (NCCL `Init START`
+  without `Init COMPLETE` for the same comm, weight loading that stopped). They are judged
+  only on a finished log (`final=True`), never while a live log may still finish them.
+- Never silent on a failed log: when no error finding stands but fallback patterns saw an
+  exception or an ERROR/FATAL line, an `unrecognised-error` finding quotes the last one.
 
 `Diagnosis` accumulates hits with bounded memory (first hit and a count per pattern), so a
 live log can feed it for days.
@@ -26,7 +33,10 @@ from sparktui.core.model import SEVERITY_RANK, Finding
 from sparktui.knowledge.kb import KnowledgeBase, Pattern
 from sparktui.knowledge.matcher import Hit, Matcher
 
-ROLE_RANK = {"primary": 0, "predictive": 1, "secondary": 2, "benign": 3, "context": 4}
+ROLE_RANK = {"primary": 0, "generic": 1, "predictive": 2, "secondary": 3, "benign": 4,
+             "context": 5, "fallback": 6}
+MAX_KEYS = 256   # values of an absence's `same` capture remembered per pattern
+UNRECOGNISED = "unrecognised-error"
 NO_ROOT_CAUSE = ("Root cause not in this log excerpt: only wrapper/aftermath messages were "
                  "found. ")
 NO_ROOT_CAUSE_FIX = ("Look at the first ERROR of EngineCore or a worker earlier in the log, or "
@@ -39,6 +49,9 @@ class Evidence:
     first: Hit
     count: int = 1
     last_line: int = 0
+    last: Hit | None = None
+    # for absences: value of the `same` capture ("" without one) -> first / last line seen
+    keys: dict[str, tuple[int, int]] | None = None
 
 
 class Diagnosis:
@@ -47,21 +60,66 @@ class Diagnosis:
     def __init__(self, kb: KnowledgeBase) -> None:
         self.kb = kb
         self.evidence: dict[str, Evidence] = {}
+        self._keyed = _keyed_patterns(kb)
 
     def add(self, hits: Iterable[Hit]) -> None:
         for h in hits:
             ev = self.evidence.get(h.id)
             if ev is None:
-                self.evidence[h.id] = Evidence(h, 1, h.line)
+                ev = self.evidence[h.id] = Evidence(h, 1, h.line, h)
             else:
                 ev.count += 1
                 ev.last_line = max(ev.last_line, h.line)
+                ev.last = h
+            key_name = self._keyed.get(h.id)
+            if key_name is not None:
+                _remember(ev, h.captures.get(key_name, "") if key_name else "", h.line)
 
     def clear(self) -> None:
         self.evidence.clear()
 
-    def findings(self) -> list[Finding]:
-        return triage(self.evidence, self.kb)
+    def findings(self, *, final: bool = False) -> list[Finding]:
+        """Triaged findings; `final`: the log is complete, so absences count too."""
+        return triage(self.evidence, self.kb, final=final)
+
+
+def _keyed_patterns(kb: KnowledgeBase) -> dict[str, str]:
+    """Pattern id -> the capture its absence bookkeeping keys on ("" for none)."""
+    out: dict[str, str] = {}
+    for p in kb.patterns:
+        if p.unless_later:
+            out[p.id] = p.same or ""
+            for pid in p.unless_later:
+                out.setdefault(pid, p.same or "")
+    return out
+
+
+def _remember(ev: Evidence, key: str, line: int) -> None:
+    if ev.keys is None:
+        ev.keys = {}
+    seen = ev.keys.get(key)
+    if seen is not None:
+        ev.keys[key] = (seen[0], line)
+    elif len(ev.keys) < MAX_KEYS:
+        ev.keys[key] = (line, line)
+
+
+def _unfinished(ev: Evidence, p: Pattern, evidence: dict[str, Evidence]) -> bool:
+    """An absence whose start has, for some key, no later hit of its `unless_later` ids."""
+    for key, (first, _last) in (ev.keys or {"": (ev.first.line, ev.last_line)}).items():
+        ended = False
+        for pid in p.unless_later:
+            other = evidence.get(pid)
+            if other is None:
+                continue
+            seen = (other.keys or {}).get(key) if p.same else (other.first.line,
+                                                                other.last_line)
+            if seen is not None and seen[1] > first:
+                ended = True
+                break
+        if not ended:
+            return True
+    return False
 
 
 @dataclass
@@ -72,8 +130,12 @@ class _Group:
     members: list[Evidence]
 
 
-def triage(evidence: dict[str, Evidence] | Iterable[Hit], kb: KnowledgeBase) -> list[Finding]:
-    """Findings, root cause first. Accepts accumulated evidence or plain hits."""
+def triage(evidence: dict[str, Evidence] | Iterable[Hit], kb: KnowledgeBase, *,
+           final: bool = False) -> list[Finding]:
+    """Findings, root cause first. Accepts accumulated evidence or plain hits.
+
+    `final`: the log is complete (a file, a pasted excerpt), so absences are judged.
+    """
     if not isinstance(evidence, dict):
         d = Diagnosis(kb)
         d.add(evidence)
@@ -88,9 +150,15 @@ def triage(evidence: dict[str, Evidence] | Iterable[Hit], kb: KnowledgeBase) -> 
 
     groups: dict[str, _Group] = {}
     context: dict[str, list[Evidence]] = {}
+    fallback: list[Evidence] = []
     for pid, ev in evidence.items():
         p = ev.first.pattern
         cat = reroute.get(pid, p.category)
+        if p.role == "fallback":
+            fallback.append(ev)
+            continue
+        if p.unless_later and not (final and _unfinished(ev, p, evidence)):
+            continue
         if p.role == "context":
             context.setdefault(cat, []).append(ev)
             continue
@@ -117,7 +185,33 @@ def triage(evidence: dict[str, Evidence] | Iterable[Hit], kb: KnowledgeBase) -> 
     for i, g in enumerate(ordered):
         out.append(_finding(g, kb, context.get(g.category, []), demoted,
                             wrapper_only=(i == 0 and g.role == "secondary")))
+    if fallback and not any(f.severity == "error" for f in out):
+        out.insert(0, _unrecognised(fallback, kb))
     return out
+
+
+def _unrecognised(fallback: list[Evidence], kb: KnowledgeBase) -> Finding:
+    """The last exception (or ERROR/FATAL line) of a log no pattern explains, quoted."""
+    order = {p.id: i for i, p in enumerate(kb.patterns)}
+    best = min(fallback, key=lambda e: (order[e.first.pattern.id], -e.last_line))
+    hit = best.last or best.first
+    p = hit.pattern
+    category = kb.categories[p.category]
+    return Finding(
+        id=UNRECOGNISED,
+        severity="error",
+        node=None,
+        message=p.render_message(hit.captures),
+        fix=format_fix(list(p.fix)),
+        source="log",
+        category=p.category,
+        title=p.title,
+        explanation=p.explanation,
+        links=tuple(dict.fromkeys((*p.links, *category.links))),
+        line=hit.line,
+        text=hit.text,
+        captures=dict(hit.captures),
+    )
 
 
 def _finding(g: _Group, kb: KnowledgeBase, context: list[Evidence], demoted: set[str],
@@ -171,13 +265,17 @@ def format_fix(steps: list[str]) -> str:
 # --- one-shot helpers ----------------------------------------------------------------------
 
 def diagnose_bytes(data: bytes, matcher: Matcher) -> list[Finding]:
-    return triage(matcher.scan_bytes(data), matcher.kb)
+    """Findings of a complete log."""
+    d = Diagnosis(matcher.kb)
+    d.add(matcher.scan_bytes(data))
+    return d.findings(final=True)
 
 
 def diagnose_stream(f: BinaryIO, matcher: Matcher) -> list[Finding]:
+    """Findings of a complete log read from `f` (bounded memory)."""
     d = Diagnosis(matcher.kb)
     d.add(matcher.scan_stream(f))
-    return d.findings()
+    return d.findings(final=True)
 
 
 def diagnose_file(path: str | Path, matcher: Matcher) -> list[Finding]:
