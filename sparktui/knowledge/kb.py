@@ -327,10 +327,27 @@ def fill_missing(text: str, captures: Mapping[str, str]) -> str:
 # --- loading -------------------------------------------------------------------------------
 
 def _read_builtin() -> dict[str, Any]:
-    text = resources.files("sparktui.knowledge").joinpath("patterns.yaml").read_text("utf-8")
-    data = yaml.safe_load(text)
+    """patterns.yaml (categories, rules) plus patterns/<category>.yaml, in category order."""
+    root = resources.files("sparktui.knowledge")
+    data = yaml.safe_load(root.joinpath("patterns.yaml").read_text("utf-8"))
     if not isinstance(data, dict):
         raise KnowledgeBaseError("patterns.yaml: not a mapping")
+    patterns = list(data.get("patterns") or [])
+    rules = list(data.get("rules") or [])
+    folder = root.joinpath("patterns")
+    names = sorted(e.name for e in folder.iterdir() if e.name.endswith(".yaml"))
+    order = {c: i for i, c in enumerate(ALL_CATEGORIES)}
+    for name in sorted(names, key=lambda n: (order.get(n[:-5], len(order)), n)):
+        part = yaml.safe_load(folder.joinpath(name).read_text("utf-8")) or {}
+        where = f"patterns/{name}"
+        if not isinstance(part, dict) or set(part) - {"patterns", "rules"}:
+            raise KnowledgeBaseError(f"{where}: a mapping with 'patterns:' (and 'rules:')")
+        if not isinstance(part.get("patterns") or [], list):
+            raise KnowledgeBaseError(f"{where}: 'patterns' must be a list")
+        patterns += part.get("patterns") or []
+        rules += part.get("rules") or []
+    data["patterns"] = patterns
+    data["rules"] = rules
     return data
 
 

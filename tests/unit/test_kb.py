@@ -173,7 +173,7 @@ def test_missing_regex_for_a_new_pattern():
 
 
 def test_rules_referring_to_unknown_patterns_fail():
-    base = yaml.safe_load((Path(kb_mod.__file__).parent / "patterns.yaml").read_text())
+    base = kb_mod._read_builtin()   # patterns.yaml plus patterns/*.yaml
     base["rules"] = [{"id": "r1", "when": ["no.such.pattern"], "demote": ["nccl_error"]}]
     with pytest.raises(KnowledgeBaseError, match="rule 'r1'.*'when'.*no.such.pattern"):
         load(base=base)
