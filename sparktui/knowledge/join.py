@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 
 from sparktui.core.model import ClusterSnapshot, Finding, NodeState
 
 IP_KEYS = ("ip", "worker_ip", "node_ip", "local_ip")
+GPU_BUNDLE_RE = re.compile(r"'GPU': (\d+(?:\.\d+)?)")
+PG_CATEGORIES = ("placement_group_ip_mismatch", "not_enough_gpus")
 
 
 def _is_ip(value: str | None) -> bool:
@@ -166,6 +169,58 @@ def _located(f: Finding, snap: ClusterSnapshot) -> tuple[str, str | None] | None
     return (f"This concerns {node.name} ({ip}).", node.name)
 
 
+def _ray_gpus(snap: ClusterSnapshot) -> tuple[float, list[str]] | None:
+    """GPUs of the alive Ray nodes, and "name: N GPU" per configured node; None if unknown."""
+    if snap.ray_nodes:
+        alive = [rn for rn in snap.ray_nodes if rn.alive]
+        total = sum(rn.gpus for rn in alive)
+        parts = []
+        for rn in alive:
+            node = snap.node_by_ip(rn.ip)
+            parts.append(f"{node.name if node else rn.ip}: {rn.gpus:g}")
+        missing = [n.name for n in snap.nodes
+                   if not any(snap.node_by_ip(rn.ip) is n for rn in alive)]
+        parts += [f"{name}: not in Ray" for name in missing]
+        return total, parts
+    known = [n for n in snap.nodes if n.ray.gpus is not None]
+    if not known:
+        return None
+    return (sum(n.ray.gpus or 0 for n in known if n.ray.alive is not False),
+            [f"{n.name}: {n.ray.gpus:g}" for n in known])
+
+
+def _wanted_gpus(f: Finding, want: int | None) -> float | None:
+    """GPUs the placement group asks for: its bundles in the log line, else TP x PP."""
+    bundles = GPU_BUNDLE_RE.findall(f.text or "")
+    if bundles:
+        return sum(float(b) for b in bundles)
+    return float(want) if want else None
+
+
+def _pg_wait(f: Finding, snap: ClusterSnapshot, want: int | None) -> Finding | None:
+    """Live state decides a placement-group wait: IP mismatch or too few GPUs in Ray."""
+    ip = f.captures.get("ip")
+    ray_ips = [r for r, _ in _ray_ips(snap)]
+    if ip and ray_ips and ip not in ray_ips:
+        return None if f.category == "placement_group_ip_mismatch" else dataclasses.replace(
+            f, category="placement_group_ip_mismatch",
+            title="Ray placement group can never be placed (node IP mismatch)")
+    gpus = _ray_gpus(snap)
+    needed = _wanted_gpus(f, want)
+    if gpus is None or needed is None or gpus[0] >= needed:
+        return None
+    total, parts = gpus
+    live = (f"The placement group needs {needed:g} GPU(s); Ray has {total:g} "
+            f"({', '.join(parts)}). Start Ray on every node (sparktui restart) and check that "
+            "each node's GPUs are visible inside its container (--gpus all, nvidia runtime), "
+            "or lower --tensor-parallel-size x --pipeline-parallel-size.")
+    fix = f"On this cluster: {live}\n{f.fix}" if f.fix else f"On this cluster: {live}"
+    return dataclasses.replace(
+        f, category="not_enough_gpus", fix=fix,
+        title="Ray has fewer GPUs than vLLM's placement group needs",
+        message=f"Placement group needs {needed:g} GPU(s), Ray has {total:g}")
+
+
 _BY_CATEGORY = {
     "placement_group_ip_mismatch": _pg_ip_mismatch,
     "ray_worker_died_segfault": _dead_worker,
@@ -175,8 +230,19 @@ _BY_CATEGORY = {
 }
 
 
-def join_one(f: Finding, snap: ClusterSnapshot) -> Finding:
-    """`f` with `node` set and a first fix step written from the snapshot (when it can)."""
+def join_one(f: Finding, snap: ClusterSnapshot, want_gpus: int | None = None) -> Finding:
+    """`f` with `node` set and a first fix step written from the snapshot (when it can).
+
+    A placement-group wait is re-decided from live state: a `node:<ip>` Ray does not know is
+    the IP mismatch; Ray holding fewer GPUs than the group needs (its bundles, else
+    `want_gpus` = TP x PP) is not_enough_gpus, whatever the log alone suggested.
+    """
+    if f.category in PG_CATEGORIES:
+        decided = _pg_wait(f, snap, want_gpus)
+        if decided is not None:
+            if decided.category == "not_enough_gpus":
+                return decided
+            f = decided
     handler = _BY_CATEGORY.get(f.category or "")
     result = handler(f, snap) if handler else None
     if result is None and f.id != "pg.no_node_type":
@@ -188,8 +254,13 @@ def join_one(f: Finding, snap: ClusterSnapshot) -> Finding:
     return dataclasses.replace(f, fix=fix, node=node or f.node)
 
 
-def join(findings: list[Finding], snapshot: ClusterSnapshot | None) -> list[Finding]:
-    """Every log finding joined with the snapshot (unchanged without one)."""
+def join(findings: list[Finding], snapshot: ClusterSnapshot | None,
+         want_gpus: int | None = None) -> list[Finding]:
+    """Every log finding joined with the snapshot (unchanged without one).
+
+    `want_gpus`: TP x PP of the configured serve, for placement-group waits that do not
+    list their bundles.
+    """
     if snapshot is None:
         return list(findings)
-    return [join_one(f, snapshot) if f.source == "log" else f for f in findings]
+    return [join_one(f, snapshot, want_gpus) if f.source == "log" else f for f in findings]

@@ -40,10 +40,14 @@ REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 REPEATED_RE_B = re.compile(rb"[ \t]*\[repeated \d+x across cluster\][ \t]*$")
 # "(EngineCore_DP0 pid=1088) (RayWorkerWrapper pid=285, ip=192.168.177.12) ERROR ..."
 PREFIX_RE = re.compile(r"\((?P<proc>[^()\s]+) pid=\d+(?:, ip=(?P<ip>[0-9A-Fa-f.:]+))?\) ")
-# what may precede the first process prefix: nothing, or a timestamp (docker logs -t, Ray)
-_LEAD_RE = re.compile(r"\s*\[?\d{4}-\d\d-\d\d[T ][\d:.,]+Z?\]?\s*$")
+# what may precede the first process prefix: nothing, quote markers of a pasted log
+# (`> `, `▎`, `|`), a timestamp (docker logs -t, Ray), a `[rank0]:` tag
+_QUOTE = r"(?:[>▎│|]\s*)*"
+_LEAD_RE = re.compile(
+    r"\s*" + _QUOTE + r"(?:\[?\d{4}-\d\d-\d\d[T ][\d:.,]+Z?\]?\s*)?(?:\[rank\d+\]:\s*)?$")
 LEADING_PREFIXES_RE = re.compile(
-    r"^(?:\[?\d{4}-\d\d-\d\dT[\d:.]+Z\]? )?"          # docker logs -t
+    r"^\s*" + _QUOTE + r"(?:\[?\d{4}-\d\d-\d\dT[\d:.]+Z\]? )?"          # docker logs -t
+    r"(?:\[rank\d+\]:\s*)?"                              # torchrun's rank tag
     r"(?:\((?:[^()\s]+ pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?|raylet|autoscaler[^()]*)\) ?)*"
     r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d [\d:]+ \[?[^\]\s]+:\d+\]? )?")
 

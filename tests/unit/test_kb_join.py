@@ -32,8 +32,8 @@ def issue_example() -> ClusterSnapshot:
               env={"PATH": "/usr/bin"})
     s2 = node("spark-2", "192.168.200.13", ["10.1.230.181", "192.168.200.13"],
               "192.168.200.13", env={"PATH": "/usr/bin"})
-    ray = [RayNode("a", "10.1.230.180", True, is_head=True),
-           RayNode("b", "192.168.200.13", True)]
+    ray = [RayNode("a", "10.1.230.180", True, is_head=True, gpus=1.0),
+           RayNode("b", "192.168.200.13", True, gpus=1.0)]
     return ClusterSnapshot("lab", [s1, s2], ray_nodes=ray)
 
 
@@ -133,3 +133,35 @@ def test_worker_death_without_ip_points_at_the_one_dead_node():
     alive.ray.alive = False
     [j] = join([f], ClusterSnapshot("lab", [alive, dead]))
     assert j.node is None
+
+
+# ------------------------------------------------------------------ live state decides
+
+
+def test_pg_wait_with_too_few_gpus_in_ray_is_not_enough_gpus(matcher):
+    """The IPs agree; Ray has 1 GPU where the group needs 2: not an IP mismatch."""
+    log = (b"(EngineCore_DP0 pid=84) INFO 06-07 18:13:55 [ray_utils.py:464] Waiting for creating"
+           b" a placement group of specs for 150 seconds. specs=[{'node:192.168.200.13': 0.001,"
+           b" 'GPU': 1.0}, {'GPU': 1.0}]. Check `ray status`\n")
+    snap = issue_example()
+    snap.ray_nodes[0].gpus = 0.0          # spark-1's GPU is not visible to Ray
+    [f] = join(diagnose_bytes(log, matcher), snap)
+    assert f.category == "not_enough_gpus"
+    assert "needs 2 GPU(s); Ray has 1 (spark-1: 0, spark-2: 1)" in f.fix.splitlines()[0]
+
+
+def test_pg_wait_for_an_ip_ray_does_not_know_stays_the_ip_mismatch(matcher):
+    log = (b"Waiting for creating a placement group of specs for 10 seconds. specs=[{'node:"
+           b"192.168.200.12': 0.001, 'GPU': 1.0}, {'GPU': 1.0}].\n")
+    [f] = join(diagnose_bytes(log, matcher), issue_example())
+    assert f.category == "placement_group_ip_mismatch" and f.node == "spark-1"
+    assert "Set VLLM_HOST_IP=10.1.230.180 on spark-1" in f.fix
+
+
+def test_pg_wait_without_bundles_uses_tp_times_pp(matcher):
+    log = b"Waiting for creating a placement group of specs for 30 seconds.\n"
+    snap = issue_example()
+    findings = join(diagnose_bytes(log, matcher), snap, want_gpus=4)
+    assert findings[0].category == "not_enough_gpus"
+    assert "needs 4 GPU(s); Ray has 2" in findings[0].fix
+    assert join(diagnose_bytes(log, matcher), snap, want_gpus=2)[0].category != "not_enough_gpus"
