@@ -126,8 +126,9 @@ StrList = Annotated[list[str], BeforeValidator(_str_list)]
 Env = Annotated[dict[str, str], BeforeValidator(_env)]
 
 
-def Seconds(lo: float, hi: float) -> Any:  # noqa: N802 - a type alias factory
-    return Annotated[float, AfterValidator(_between(lo, hi))]
+SshSeconds = Annotated[float, AfterValidator(_between(0.1, 3600))]
+LongSeconds = Annotated[float, AfterValidator(_between(1, 86400))]
+Interval = Annotated[float, AfterValidator(_between(0.2, 3600))]
 
 
 class Model(BaseModel):
@@ -153,8 +154,8 @@ class SshSettings(Model):
     port: Port | None = None
     config_file: OptText = None
     strict_host_key_checking: bool = True
-    connect_timeout: Seconds(0.1, 3600) = 5.0
-    keepalive_interval: Seconds(0.1, 3600) = 10.0
+    connect_timeout: SshSeconds = 5.0
+    keepalive_interval: SshSeconds = 10.0
     ciphers: Annotated[OptText, AfterValidator(_matching(
         CIPHERS_RE, "is not an OpenSSH cipher list "
                     "(e.g. aes256-gcm@openssh.com,chacha20-poly1305@openssh.com)"))
@@ -220,7 +221,7 @@ class VllmConfig(Model):
     port: Port = 8000
     log: Annotated[Text, AfterValidator(_absolute)] = "/tmp/sparktui/vllm.log"
     """Where serve writes vLLM's output on the head node."""
-    health_timeout: Seconds(1, 86400) = 900.0
+    health_timeout: LongSeconds = 900.0
 
     def parallel_size(self) -> int:
         """TP x PP as given in `args` (1 when absent)."""
@@ -254,7 +255,7 @@ class ScriptAction(Model):
     nodes: Annotated[list[str] | Literal["all"], BeforeValidator(_nodes_list)] = Field(
         default_factory=list)
     """Node names it runs on, in order (default: the head; `all`: every node)."""
-    timeout: Seconds(1, 86400) = 600.0
+    timeout: LongSeconds = 600.0
     _name: str = PrivateAttr(default="")
 
     @property
@@ -294,7 +295,7 @@ class Config(Model):
     container: ContainerConfig = Field(default_factory=ContainerConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     vllm: VllmConfig = Field(default_factory=VllmConfig)
-    refresh_interval: Seconds(0.2, 3600) = 2.0
+    refresh_interval: Interval = 2.0
     theme: OptText = None
     read_only: bool = False
     keymap: dict[str, RawText] = Field(default_factory=dict)
@@ -378,7 +379,7 @@ def local_default() -> Config:
 
 # --------------------------------------------------------------------------- parsing
 
-_HINTS = {
+_HINTS: dict[KeyPath, str] = {
     ("nodes",): "missing 'nodes:' (a list of {name, host, ip, role})",
     ("host",): "missing 'host' (SSH address, ~/.ssh/config alias, or 'local')",
     ("run",): "missing 'run' (the script and its arguments, as a list)",
@@ -453,8 +454,8 @@ def _resolve(cfg: Config, lines: Lines, file: str) -> Config:
                                   f"node '{node.name}'.ip {node.ip} is already the ip of node "
                                   f"'{seen_ips[node.ip]}'")
             seen_ips[node.ip] = node.name
-        short = {k: getattr(node, k) for k in ("user", "port", "identity_file")
-                 if k in node.model_fields_set}
+        short: dict[str, Any] = {k: getattr(node, k) for k in ("user", "port", "identity_file")
+                                 if k in node.model_fields_set}
         node.ssh = cfg.ssh.model_copy(update={
             **{k: getattr(node.ssh, k) for k in node.ssh.model_fields_set}, **short})
         own = node.container

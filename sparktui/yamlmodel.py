@@ -49,7 +49,15 @@ def rule(kind: str, message: str, **ctx: Any) -> PydanticCustomError:
     return PydanticCustomError(kind, message, ctx or None)
 
 
-def compose(text: str, file: str, describe: Callable[[Path], str] = ".".join) -> tuple[Any, Lines]:
+def dotted(path: Path) -> str:
+    """`ssh.port`, `nodes[0].host`: a path as the file's author would name it."""
+    out = ""
+    for part in path:
+        out = f"{out}[{part}]" if isinstance(part, int) else f"{out}.{part}" if out else part
+    return out
+
+
+def compose(text: str, file: str, describe: Callable[[Path], str] = dotted) -> tuple[Any, Lines]:
     """Parse `text`: (plain data, line map). Syntax errors and duplicate keys raise YamlError."""
     loader = yaml.SafeLoader(text)
     try:

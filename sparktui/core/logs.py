@@ -293,7 +293,8 @@ class FileFollower(_Follower):
         return self.inode, self.offset
 
     def _command(self) -> Command:
-        args = (self.path, self.inode or "", str(self.offset), str(self.initial_lines),
+        args: tuple[str, ...] = (self.path, self.inode or "", str(self.offset),
+                                 str(self.initial_lines),
                 f"{self.poll_interval:g}", str(self.max_block), f"{self.event_wait:g}")
         script, args = (AUTO, (FOLLOW_PY, *args)) if self.engine == "auto" else (FOLLOW_SH, args)
         self._framed = False

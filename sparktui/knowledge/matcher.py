@@ -16,10 +16,11 @@ lines are matched on a bounded slice around the prefilter hit.
 from __future__ import annotations
 
 import bisect
+import io
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from sparktui.core.safe_text import ANSI_RE
 from sparktui.knowledge.kb import KnowledgeBase, Pattern
@@ -297,7 +298,7 @@ class Scanner:
         while True:
             if len(buf) < k + chunk:
                 buf.extend(bytes(k + chunk - len(buf)))
-            n = f.readinto(memoryview(buf)[k:k + chunk])
+            n = cast(io.BufferedIOBase, f).readinto(memoryview(buf)[k:k + chunk])
             if not n:
                 break
             self.bytes_seen += n

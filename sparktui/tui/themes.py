@@ -19,7 +19,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstr
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
-from sparktui.yamlmodel import YamlError, compose, rule, validate
+from sparktui.yamlmodel import YamlError, compose, dotted, rule, validate
 
 DEFAULT_THEME = "sparktui-dark"
 
@@ -98,7 +98,7 @@ def parse_theme(text: str, source: str) -> Theme:
         data, lines = compose(text, source)
         if not isinstance(data, dict):
             raise YamlError(source, 1, "a theme must be a mapping (name: ..., primary: ...)")
-        model = validate(ThemeFile, data, lines, source, ".".join, root="theme")
+        model = validate(ThemeFile, data, lines, source, dotted, root="theme")
     except YamlError as e:
         raise ThemeError(str(e)) from None
     return model.to_theme()
