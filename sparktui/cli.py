@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 from collections.abc import Callable
 from functools import partial
@@ -53,6 +54,9 @@ def _global_options(p: argparse.ArgumentParser, *, sub: bool) -> None:
     p.add_argument("--read-only", action="store_true",
                    default=argparse.SUPPRESS if sub else False,
                    help="watch only: refuse every command that changes a node")
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS if sub else False,
+                   help="log in detail to ~/.local/state/sparktui/sparktui.log "
+                        "($XDG_STATE_HOME) and, except in the console, to stderr")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     parser = build_parser()
     args = parser.parse_args(argv)
+    from sparktui import logfile
+
+    debug = bool(getattr(args, "debug", False))
+    path = logfile.setup(debug=debug, stderr=debug and args.command is not None)
     try:
         if args.command is None:
             from sparktui.commands import console
@@ -122,6 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as e:  # a bug: one line for the user, the traceback in the log
+        logging.getLogger("sparktui.cli").exception("sparktui %s failed", args.command)
+        where = f" (details in {path})" if path else ""
+        print(f"sparktui: internal error: {type(e).__name__}: {e}{where}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -49,7 +49,7 @@ def _config_present() -> bool:
     from sparktui import config as config_mod
     try:
         return config_mod.discover(None) is not None
-    except Exception:
+    except OSError:  # an unreadable home or working directory: no config there
         return False
 
 

@@ -170,7 +170,7 @@ class Matcher:
                 try:
                     compiled = _re2.compile(b, opts)
                     rset.Add(b)
-                except Exception:  # RE2 syntax gap (look-around, backrefs): Python re
+                except _re2.error:  # RE2 syntax gap (look-around, backrefs): Python re
                     self._slow.append((i, _py_bytes(rx)))
                     continue
                 set_entries.append((i, compiled))

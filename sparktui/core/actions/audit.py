@@ -17,7 +17,7 @@ from sparktui.core.secrets import mask_argv
 def _user() -> str:
     try:
         return getpass.getuser()
-    except Exception:  # no passwd entry, no LOGNAME: still audit
+    except (KeyError, OSError):  # no passwd entry, no LOGNAME: still audit
         return str(os.getuid())
 
 
