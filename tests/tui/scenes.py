@@ -12,7 +12,15 @@ from collections import deque
 from pathlib import Path
 
 from sparktui.tui.app import SparkApp
-from tests.tui.support import TestBackend, seed_config, seed_log_lines, seed_snapshot
+from tests.tui.support import (
+    TestBackend,
+    detail_follows,
+    seed_config,
+    seed_log_lines,
+    seed_snapshot,
+    shown,
+    wait_until,
+)
 
 THEMES = ("sparktui-dark", "sparktui-light", "sparktui-ansi", "sparktui-high-contrast")
 SIZE = (160, 50)
@@ -37,12 +45,14 @@ def feeder(backend: TestBackend):
     """run_before: stream the real log in, wait until it is shown and diagnosed."""
 
     async def run_before(pilot) -> None:
-        backend.feed(seed_log_lines())
-        for _ in range(50):
-            await pilot.pause(0.1)
-            if pilot.app.main.log_findings and backend.queue.empty():
-                break
-        await pilot.pause(0.3)
+        lines = seed_log_lines()
+        backend.feed(lines)
+        main = pilot.app.main
+        await wait_until(pilot, lambda: main.log_findings and backend.queue.empty(), 10,
+                         "the log diagnosed")
+        await shown(pilot, main.log_view, len(lines))
+        await detail_follows(pilot)
+        await pilot.wait_for_scheduled_animations()
         assert pilot.app.main.log_findings, "the scene did not render (no log findings)"
 
     return run_before

@@ -4,7 +4,8 @@ over a fixed seed-story snapshot, recording transports and a log fed by the test
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from sparktui.core.command import Command, Result
@@ -95,3 +96,54 @@ def seed_config(**overrides):
     for k, v in overrides.items():
         setattr(cfg, k, v)
     return cfg
+
+
+async def wait_until(pilot, predicate: Callable[[], object], timeout: float = 5.0,
+                     what: str = "") -> float:
+    """Let the app run, a frame at a time, until `predicate()` holds; fail after `timeout`
+    seconds. Returns the seconds waited. The tests wait on what they are about to check
+    (a message handled, a worker's result shown), never for a fixed time."""
+    t0 = time.monotonic()
+    while not predicate():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for "
+                                 f"{what or getattr(predicate, '__name__', 'a condition')}")
+        await pilot.pause()
+    return time.monotonic() - t0
+
+
+async def started(pilot, timeout: float = 10.0) -> None:
+    """The console is up: the main screen composed and the first snapshot applied."""
+    main = pilot.app.main
+    await wait_until(pilot, lambda: main.snapshot is not None, timeout, "the first snapshot")
+
+
+async def shown(pilot, view, count: int, timeout: float = 10.0) -> None:
+    """`count` log lines have reached the pane and been put on screen (the pane syncs at
+    most every SYNC_INTERVAL; its status line follows the sync)."""
+    status = view.parent.query_one("#log-status")
+
+    def synced() -> bool:
+        return (view.received >= count and view._sync_timer is None
+                and f"{len(view.entries)} lines" in str(status.render()))
+
+    await wait_until(pilot, synced, timeout, f"{count} log lines in the pane")
+
+
+async def detail_follows(pilot, timeout: float = 5.0) -> None:
+    """The detail panel shows the finding selected in the list (FindingsList.Selected was
+    routed by the screen)."""
+    from sparktui.tui.widgets.findings import FindingDetail, FindingsList
+
+    screen = pilot.app.main
+    flist, detail = screen.query_one(FindingsList), screen.query_one(FindingDetail)
+    await wait_until(pilot, lambda: detail.finding is flist.selected, timeout,
+                     "the detail panel to show the selected finding")
+
+
+async def log_applied(pilot, backend: TestBackend, timeout: float = 5.0) -> None:
+    """Every batch fed so far has been handled by the screen (lines and stream events): the
+    follower took it from the queue and the screen set `_log_applied` after applying it."""
+    main = pilot.app.main
+    await wait_until(pilot, lambda: backend.queue.empty() and main._log_applied.is_set(),
+                     timeout, "the fed log batches applied")

@@ -12,7 +12,17 @@ from sparktui.tui.screens.progress import ProgressScreen
 from sparktui.tui.widgets.findings import FindingDetail, FindingsList
 from sparktui.tui.widgets.log_pane import LogPane, LogView
 from sparktui.tui.widgets.node_pane import NodePane
-from tests.tui.support import TestBackend, seed_config, seed_log_lines, seed_snapshot
+from tests.tui.support import (
+    TestBackend,
+    detail_follows,
+    log_applied,
+    seed_config,
+    seed_log_lines,
+    seed_snapshot,
+    shown,
+    started,
+    wait_until,
+)
 
 SIZE = (160, 50)
 
@@ -45,7 +55,7 @@ def detail_text(app: SparkApp) -> str:
 async def test_node_panes_show_both_ips_and_mismatch():
     app, _ = await make_app()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.3)
+        await started(pilot)
         panes = {p.node_name: p for p in app.screen.query(NodePane)}
         s1 = plain(panes["spark-1"].query_one(".node-body", Static))
         s2 = plain(panes["spark-2"].query_one(".node-body", Static))
@@ -59,7 +69,7 @@ async def test_node_panes_show_both_ips_and_mismatch():
 async def test_footer_keys_and_help_list_every_action():
     app, _ = await make_app()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.2)
+        await started(pilot)
         keys = {b.binding.id: k for k, b in app.screen.active_bindings.items() if b.binding.id}
         for action_id, key in (("teardown", "t"), ("restart", "r"), ("serve", "s"),
                                ("preflight", "d"), ("filter", "slash"), ("findings", "f"),
@@ -79,7 +89,7 @@ async def test_footer_keys_and_help_list_every_action():
 async def test_palette_offers_the_actions():
     app, _ = await make_app()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.1)
+        await started(pilot)
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert any(t.startswith("Teardown") for t in titles)
         assert any(t.startswith("Preflight") for t in titles)
@@ -89,7 +99,7 @@ async def test_ctrl_c_does_not_quit():
     app, _ = await make_app()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+c")
-        await pilot.pause(0.1)
+        await wait_until(pilot, lambda: notices(app), what="a notice")
         assert app.is_running
         assert any("Press q to quit" in m for m in notices(app))
 
@@ -97,9 +107,8 @@ async def test_ctrl_c_does_not_quit():
 async def test_quit_sends_nothing_that_changes_a_node():
     app, backend = await make_app()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.2)
+        await started(pilot)
         await pilot.press("q")
-        await pilot.pause(0.1)
     assert not app.is_running
     assert backend.mutating_sent() == []
 
@@ -107,7 +116,7 @@ async def test_quit_sends_nothing_that_changes_a_node():
 async def test_keymap_remaps_an_action():
     app, _ = await make_app(keymap={"teardown": "x"})
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.1)
+        await started(pilot)
         await pilot.press("t")
         assert not isinstance(app.screen, ConfirmScreen)
         await pilot.press("x")
@@ -120,7 +129,7 @@ async def test_keymap_remaps_an_action():
 async def test_read_only_drops_mutating_actions_everywhere():
     app, backend = await make_app(read_only=True)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.2)
+        await started(pilot)
         assert app.screen.query_one("#badge-readonly").display
         shown = {b.binding.id for b in app.screen.active_bindings.values() if b.binding.show}
         assert not shown & {"teardown", "restart", "serve"}
@@ -128,8 +137,7 @@ async def test_read_only_drops_mutating_actions_everywhere():
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert not any(t.split()[0] in ("Teardown", "Restart", "Serve") for t in titles)
         for key in ("t", "r", "s"):
-            await pilot.press(key)
-            await pilot.pause(0.05)
+            await pilot.press(key)  # the refusal is notified by the key's own action
             assert not isinstance(app.screen, ConfirmScreen)
         assert sum("Read-only" in m for m in notices(app)) == 3
         await pilot.press("question_mark")
@@ -154,7 +162,7 @@ async def test_read_only_transport_refuses_even_when_asked_directly():
 async def test_teardown_confirmation_focuses_cancel_and_shows_commands_per_node():
     app, backend = await make_app()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.2)
+        await started(pilot)
         await pilot.press("t")
         assert isinstance(app.screen, ConfirmScreen)
         assert app.focused is not None and app.focused.id == "cancel"
@@ -162,7 +170,8 @@ async def test_teardown_confirmation_focuses_cancel_and_shows_commands_per_node(
         assert "[spark-1]" in text and "[spark-2]" in text
         assert "$ docker rm -f vllm_node" in text or "docker" in text
         await pilot.press("enter")  # Enter on Cancel: nothing runs
-        await pilot.pause(0.1)
+        await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmScreen),
+                         what="the dialog to close")
         assert not isinstance(app.screen, ConfirmScreen)
         assert any("cancelled" in m for m in notices(app))
     assert backend.mutating_sent() == []
@@ -171,18 +180,16 @@ async def test_teardown_confirmation_focuses_cancel_and_shows_commands_per_node(
 async def test_confirmed_teardown_runs_through_the_actions_layer_with_progress():
     app, backend = await make_app()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.2)
+        await started(pilot)
         await pilot.press("t")
         await pilot.press("tab")  # to the action's own button
         assert app.focused.id == "confirm"
         await pilot.press("enter")
-        await pilot.pause(0.5)
+        await wait_until(pilot, lambda: isinstance(app.screen, ProgressScreen),
+                         what="the progress screen")
         assert isinstance(app.screen, ProgressScreen)
         progress = app.screen
-        for _ in range(40):
-            if progress.summary is not None:
-                break
-            await pilot.pause(0.1)
+        await wait_until(pilot, lambda: progress.summary is not None, 10, "the action's end")
         assert progress.summary is not None
         assert {p.node for p in progress.rows} == {"spark-1", "spark-2"}
         assert all(p.state != "pending" for p in progress.rows)
@@ -196,13 +203,15 @@ async def test_confirmed_teardown_runs_through_the_actions_layer_with_progress()
 async def test_selecting_a_finding_shows_live_names_and_ips():
     app, _ = await make_app()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.3)
+        await started(pilot)
         flist = app.screen.query_one(FindingsList)
+        await wait_until(pilot, lambda: flist._keys, what="the findings listed")
         assert app.focused is flist
         ids = [k.split(":")[1] for k in flist._keys]
         assert "ray-ip-mismatch" in ids and "vllm-host-ip-mismatch" in ids
         while flist.selected is None or flist.selected.id != "vllm-host-ip-mismatch":
             await pilot.press("down")
+        await detail_follows(pilot)
         text = detail_text(app)
         assert "spark-1" in text and "10.1.230.180" in text and "192.168.200.12" in text
         assert "Fix" in text
@@ -211,10 +220,11 @@ async def test_selecting_a_finding_shows_live_names_and_ips():
 async def test_log_crash_line_becomes_a_finding_with_live_fix_and_is_highlighted():
     app, backend = await make_app()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.3)
-        backend.feed(seed_log_lines())
-        await pilot.pause(0.5)
+        await started(pilot)
+        lines = seed_log_lines()
+        backend.feed(lines)
         view = app.screen.query_one(LogView)
+        await shown(pilot, view, len(lines))
         marked = [e for e in view.entries if e.finding]
         assert marked, "no log line was marked by the knowledge base"
         assert any("placement group" in e.text or "node:192.168.200.12" in e.text
@@ -223,7 +233,7 @@ async def test_log_crash_line_becomes_a_finding_with_live_fix_and_is_highlighted
         log_keys = [k for k in flist._keys if k.startswith("log:")]
         assert log_keys
         flist.highlighted = flist._keys.index(log_keys[0])
-        await pilot.pause(0.1)
+        await detail_follows(pilot)
         text = detail_text(app)
         assert "On this cluster:" in text and "10.1.230.180" in text and "spark-1" in text
 
@@ -231,7 +241,9 @@ async def test_log_crash_line_becomes_a_finding_with_live_fix_and_is_highlighted
 async def test_copy_puts_the_selected_finding_on_the_clipboard():
     app, _ = await make_app()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.3)
+        await started(pilot)
+        await wait_until(pilot, lambda: app.main.findings_list.selected is not None,
+                         what="a finding selected")
         await pilot.press("c")
         assert "Fix:" in app.clipboard and "spark-1" in app.clipboard
 
@@ -242,30 +254,32 @@ async def test_copy_puts_the_selected_finding_on_the_clipboard():
 async def test_filter_narrows_the_log_and_escape_clears_it():
     app, backend = await make_app()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.2)
-        backend.feed(seed_log_lines())
-        await pilot.pause(0.3)
+        await started(pilot)
+        lines = seed_log_lines()
+        backend.feed(lines)
         view = app.screen.query_one(LogView)
+        await shown(pilot, view, len(lines))
         total = len(view.view)
         await pilot.press("slash")
         box = app.screen.query_one("#log-filter")
         assert box.display and app.focused is box
         await pilot.press(*"autoscaler")
-        await pilot.pause(0.1)
+        await wait_until(pilot, lambda: view.filter_text == "autoscaler", what="the filter")
         assert 0 < len(view.view) < total
         assert all("autoscaler" in e.text.lower() for e in view.view)
         await pilot.press("escape")
-        await pilot.pause(0.1)
+        await wait_until(pilot, lambda: view.filter_text == "", what="the filter cleared")
         assert len(view.view) == total and not box.display
 
 
 async def test_findings_only_toggle():
     app, backend = await make_app()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.2)
-        backend.feed(seed_log_lines())
-        await pilot.pause(0.3)
+        await started(pilot)
+        lines = seed_log_lines()
+        backend.feed(lines)
         view = app.screen.query_one(LogView)
+        await shown(pilot, view, len(lines))
         await pilot.press("f")
         assert view.findings_only and view.view and all(e.finding for e in view.view)
         await pilot.press("f")
@@ -276,10 +290,10 @@ async def test_log_text_is_never_markup():
     app, backend = await make_app()
     nasty = "[bold red]not markup[/] [link=https://x]y[/link] $crash \x1b[31mred\x1b[0m"
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.2)
+        await started(pilot)
         backend.feed([nasty])
-        await pilot.pause(0.2)
         view = app.screen.query_one(LogView)
+        await shown(pilot, view, 1)
         assert view.entries[-1].text == "[bold red]not markup[/] [link=https://x]y[/link] $crash red"
         rendered = "".join(seg.text for seg in view.render_line(len(view.view) - 1 -
                                                                  int(view.scroll_offset.y)))
@@ -289,33 +303,33 @@ async def test_log_text_is_never_markup():
 async def test_log_is_bounded_and_counts_new_lines_when_scrolled_up():
     app, backend = await make_app(max_log_lines=200)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.2)
+        await started(pilot)
         backend.feed([f"INFO line {i}" for i in range(1000)])
-        await pilot.pause(0.3)
         view = app.screen.query_one(LogView)
+        await shown(pilot, view, 1000)
         assert len(view.entries) <= 210 and view.entries[-1].text == "INFO line 999"
         view.focus()
         await pilot.press("pageup")
-        await pilot.pause(0.1)
+        await wait_until(pilot, lambda: not view.following, what="the view to unpin")
         backend.feed(["INFO one more", "INFO and another"])
-        await pilot.pause(0.2)
+        await shown(pilot, view, 1002)
         assert view.new_lines == 2
         status = plain(app.screen.query_one(LogPane).query_one("#log-status", Static))
         assert "2 new lines" in status
         await pilot.press("end")
-        await pilot.pause(0.1)
+        await wait_until(pilot, lambda: view.following, what="the view to follow again")
         assert view.new_lines == 0 and view.following
 
 
 async def test_follow_toggle_pauses_the_log():
     app, backend = await make_app()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.2)
+        await started(pilot)
         await pilot.press("l")
         view = app.screen.query_one(LogView)
         assert not view.following
         backend.feed(["INFO a", "INFO b", "INFO c"])
-        await pilot.pause(0.2)
+        await shown(pilot, view, 3)
         assert view.new_lines == 3
         await pilot.press("l")
         assert view.following and view.new_lines == 0
@@ -324,19 +338,19 @@ async def test_follow_toggle_pauses_the_log():
 async def test_the_log_status_line_says_when_the_stream_is_lost_and_back():
     app, backend = await make_app()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.2)
+        await started(pilot)
         status = app.screen.query_one("#log-status")
         backend.feed(["INFO a"], events=["following /tmp/vllm.log on spark-1"])
-        await pilot.pause(0.2)
+        await log_applied(pilot, backend)
         assert "following /tmp/vllm.log on spark-1" in str(status.render())
         backend.feed([], events=["connection lost: spark-1 (198.18.0.11): SSH disconnected: "
                                  "\x1b]0;x\x07bye; reconnecting in 0.5s"])
-        await pilot.pause(0.2)
+        await log_applied(pilot, backend)
         text = str(status.render())
         assert "connection lost: spark-1" in text and "bye; reconnecting" in text
         assert "\x1b" not in text and "\x07" not in text
         backend.feed(["INFO b"], events=["resumed /tmp/vllm.log at byte 7"])
-        await pilot.pause(0.2)
+        await log_applied(pilot, backend)
         assert "resumed /tmp/vllm.log at byte 7" in str(status.render())
         assert [e.text for e in app.log_view.entries][-2:] == ["INFO a", "INFO b"]
 
@@ -344,11 +358,13 @@ async def test_the_log_status_line_says_when_the_stream_is_lost_and_back():
 async def test_save_log_writes_a_file(tmp_path):
     app, backend = await make_app()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.2)
+        await started(pilot)
         backend.feed(["INFO saved line"])
-        await pilot.pause(0.2)
+        await log_applied(pilot, backend)
         await pilot.press("w")
-        await pilot.pause(0.5)
+        # the save runs in a thread worker that notifies when the file is written
+        await wait_until(pilot, lambda: any(m.startswith("Saved ") for m in notices(app)),
+                         what="the save worker's notice")
         saved = list((tmp_path / "state" / "sparktui" / "logs").glob("*.log"))
         assert saved and "INFO saved line" in saved[0].read_text()
         assert any(str(saved[0]) in m for m in notices(app))
@@ -363,7 +379,7 @@ async def test_bad_theme_file_notifies_once_and_falls_back(tmp_path):
     (themes / "broken.yaml").write_text("name: broken\nprimary: not-a-colour\n")
     app, _ = await make_app(theme="broken", themes_dir=themes)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.1)
+        await started(pilot)
         assert app.theme == "sparktui-dark"
         msgs = [m for m in notices(app) if "broken.yaml" in m]
         assert len(msgs) == 1 and "sparktui-dark" in msgs[0]
@@ -376,13 +392,13 @@ async def test_user_theme_is_loaded_and_unknown_theme_falls_back(tmp_path):
                                       "variables:\n  ip-mismatch: '#ff00ff'\n")
     app, _ = await make_app(theme="mine", themes_dir=themes)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.1)
+        await started(pilot)
         assert app.theme == "mine"
         assert app.theme_variables["ip-mismatch"] == "#ff00ff"
         assert app.theme_variables["node-ok"]  # a slot the file left out: derived default
     app, _ = await make_app(theme="nope")
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.1)
+        await started(pilot)
         assert app.theme == "sparktui-dark"
         assert any("No theme named 'nope'" in m for m in notices(app))
 

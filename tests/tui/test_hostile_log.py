@@ -25,7 +25,14 @@ from sparktui.tui.live import LiveBackend
 from sparktui.tui.screens.help import HelpScreen
 from sparktui.tui.widgets.findings import FindingDetail, FindingsList
 from sparktui.tui.widgets.log_pane import LogView
-from tests.tui.support import FixedMonitor, seed_config, seed_log_lines, seed_snapshot
+from tests.tui.support import (
+    FixedMonitor,
+    detail_follows,
+    seed_config,
+    seed_log_lines,
+    seed_snapshot,
+    wait_until,
+)
 
 pytestmark = pytest.mark.usefixtures("reap_subprocesses")
 
@@ -64,12 +71,7 @@ async def make_app(tmp_path: Path, max_log_lines: int = 20000) -> tuple[SparkApp
 
 
 async def until(pilot, pred, timeout: float, what: str) -> float:
-    t0 = time.monotonic()
-    while not pred():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"timed out after {timeout:g}s: {what}")
-        await pilot.pause(0.05)
-    return time.monotonic() - t0
+    return await wait_until(pilot, pred, timeout, what)
 
 
 async def following(pilot, backend: LiveBackend) -> None:
@@ -126,7 +128,7 @@ async def test_hostile_bytes_are_shown_literally_and_inert(tmp_path):
         append(log, b"last line\n")
         await until(pilot, lambda: len(view.entries) >= 3 + len(HOSTILE_LINES), 20,
                     "every line in the pane")
-        await pilot.pause(0.3)
+        await pilot.wait_for_scheduled_animations()  # drawn (the pane syncs on a timer)
         assert app.is_running
         entries = view.entries
         assert [e.text for e in entries][0] == "reference plain line"
@@ -154,7 +156,7 @@ async def test_hostile_bytes_are_shown_literally_and_inert(tmp_path):
         assert "[bold red]x[/]" in "".join(s.text for s in view._strip(by_name["markup"]))
 
         view.scroll_end(animate=False)
-        await pilot.pause(0.1)
+        await pilot.wait_for_scheduled_animations()  # the screen updated after the scroll
         texts, raw = terminal_output(app)
         assert any("[bold red]x[/]" in t for t in texts)  # on screen, literally
         assert not [t for t in texts if CONTROL.search(t)]
@@ -184,7 +186,7 @@ async def test_hostile_crash_line_becomes_an_inert_finding(tmp_path):
         await until(pilot, lambda: len(view.entries) == len(lines), 20, "every line")
         assert [e for e in view.entries if e.finding], "no log line was marked"
         flist.highlighted = next(i for i, k in enumerate(flist._keys) if k.startswith("log:"))
-        await pilot.pause(0.2)
+        await detail_follows(pilot)
         finding = app.screen.query_one(FindingDetail).finding
         assert finding is not None and finding.source == "log" and finding.text
         detail = app.screen.query_one(FindingDetail).query_one("#finding-text", Static)
@@ -254,10 +256,10 @@ async def test_each_hostile_line_alone_in_the_filter_and_copy_paths(tmp_path, na
         await pilot.press("slash")
         await pilot.press(*[c for c in word if c.isalnum()] or ["x"])
         await pilot.press("enter")
-        await pilot.pause(0.1)
+        await until(pilot, lambda: app.focused is view, 5, "the filter kept, the view focused")
         app.screen.query_one(LogView).focus()
         await pilot.press("c")
-        await pilot.pause(0.1)
+        await pilot.pause()  # one frame: the copy's notice
         assert app.is_running
         assert not CONTROL.search(app.clipboard or "")
         await stop_following(backend)

@@ -24,7 +24,7 @@ from sparktui.tui.app import SparkApp
 from sparktui.tui.live import LiveBackend
 from sparktui.tui.screens.progress import ProgressScreen
 from sparktui.tui.widgets.node_pane import NodePane
-from tests.tui.support import TestBackend, seed_config, seed_snapshot
+from tests.tui.support import TestBackend, seed_config, seed_snapshot, started, wait_until
 
 SIZE = (160, 50)
 BOUND = ["t", "r", "s", "d", "slash", "f", "l", "c", "w", "question_mark", "g", "G"]
@@ -224,19 +224,18 @@ async def test_hiding_the_progress_then_the_action_ending_does_not_crash():
     backend = SlowDoctorBackend(cfg, await seed_snapshot(cfg), read_only=True)
     app = SparkApp(backend)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.2)
+        await started(pilot)
         await pilot.press("d")
-        await pilot.pause(0.1)
+        await wait_until(pilot, lambda: isinstance(app.screen, ProgressScreen),
+                         what="the doctor's progress")
         assert isinstance(app.screen, ProgressScreen)
         await pilot.press("escape")
         assert not isinstance(app.screen, ProgressScreen)
-        for _ in range(40):
-            if app.running_action is None:
-                break
-            await pilot.pause(0.05)
+        await wait_until(pilot, lambda: app.running_action is None, what="the doctor's end")
         assert app.running_action is None and app.is_running
         assert any("doctor:" in n.message for n in app._notifications)
         await pilot.press("d")  # and a second run shows its progress again
-        await pilot.pause(0.1)
+        await wait_until(pilot, lambda: isinstance(app.screen, ProgressScreen),
+                         what="the second run's progress")
         assert isinstance(app.screen, ProgressScreen)
     assert app.return_code in (None, 0)
