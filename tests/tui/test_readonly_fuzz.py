@@ -9,8 +9,8 @@ and every node's containers are the same ones, still running.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -78,10 +78,10 @@ async def drive(cfg: config.Config, keys: list[str]) -> tuple[SparkApp, dict]:
     app = SparkApp(backend)
     seen: dict = {"reachable": set()}
     async with app.run_test(size=SIZE) as pilot:
-        deadline = time.monotonic() + 30  # the head's first probe reads the Ray table
-        while time.monotonic() < deadline and (
-                app.snapshot is None or not all(n.reachable for n in app.snapshot.nodes)):
-            await pilot.pause(0.1)
+        # the head's first probe reads the Ray table; the asserts below say if it never came
+        with contextlib.suppress(AssertionError):
+            await wait_until(pilot, lambda: app.snapshot is not None
+                             and all(n.reachable for n in app.snapshot.nodes), 30)
         for key in [*keys, PAUSE]:
             if app.snapshot is not None:  # every node answered at some point (not stale)
                 seen["reachable"] |= {n.name for n in app.snapshot.nodes if n.reachable}
@@ -89,6 +89,8 @@ async def drive(cfg: config.Config, keys: list[str]) -> tuple[SparkApp, dict]:
             if not app.is_running:
                 break
             if key == PAUSE:
+                # a fixed pause on purpose: part of the random input (an operator waiting
+                # while refresh, log follower and doctor run), not a wait for a result
                 await pilot.pause(0.3)
             else:
                 await pilot.press(key)
@@ -97,7 +99,7 @@ async def drive(cfg: config.Config, keys: list[str]) -> tuple[SparkApp, dict]:
         if app.is_running:
             await pilot.press("escape", "escape", "escape")  # close a dialog, then quit
             await pilot.press("q")
-            await pilot.pause(0.2)
+            await pilot.pause()
     return app, seen
 
 
@@ -164,12 +166,12 @@ def test_every_action_asked_directly_in_read_only(healthy_lab, all_transports, t
         backend = LiveBackend(cfg, read_only=True)
         app = SparkApp(backend)
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause(0.5)
+            await started(pilot, 30)
             for a in registry.REGISTRY:
                 if a.id == "quit":
                     continue
                 await app.run_action(a.action.removeprefix("app."))
-                await pilot.pause(0.1)
+                await pilot.pause()
                 await pilot.press("escape", "escape")
             for name in ("teardown", "restart", "serve", "doctor"):
                 outcomes[name] = await backend.execute(name, lambda _p: None)
