@@ -7,17 +7,37 @@ and busy ports. Everything comes back as Findings."""
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from sparktui.config import Config
 from sparktui.core.actions.plan import Plan, Stage, Step
 from sparktui.core.command import Command, sh
 from sparktui.core.model import ClusterSnapshot, Finding, sort_findings
+from sparktui.core.probes.fabric import (
+    IbLink,
+    IbPort,
+    Listener,
+    NetDev,
+    parse_clock,
+    parse_gpu_list,
+    parse_ib,
+    parse_ibdev2netdev,
+    parse_json,
+    parse_listeners,
+    parse_meminfo_kib,
+    parse_netdev,
+    parse_runtimes,
+)
 from sparktui.core.transport import Transport, TransportError
 from sparktui.remote import script
 
-# $1 container, $2 configured image ('' = none), $3 model path ('' = not a local path).
+# $1 container, $2 configured image ('' = none), $3 model path ('' = not a local path),
+# $4 the peers' ips, $5 the GCS <ip>:<port>, $6 doctor_container.py, $7 doctor_net.py.
 DOCTOR_SCRIPT = script("doctor.sh")
+DOCTOR_CONTAINER_PY = script("doctor_container.py")
+DOCTOR_NET_PY = script("doctor_net.py")
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 
@@ -32,6 +52,22 @@ class NodeExtras:
     model: str | None = None  # container | host | missing | None (not checked)
     listening: set[int] = field(default_factory=set)
     error: str | None = None
+    # The fabric sections (core/actions/fabric.py checks them).
+    listeners: list[Listener] = field(default_factory=list)
+    hostconfig: dict[str, Any] | None = None  # `docker inspect` .HostConfig
+    runtimes: list[str] = field(default_factory=list)  # `docker info` .Runtimes
+    default_runtime: str | None = None
+    host_gpus: list[str] = field(default_factory=list)  # `nvidia-smi -L` on the host
+    netdev: dict[str, NetDev] = field(default_factory=dict)
+    ib: list[IbPort] = field(default_factory=list)
+    ibdev2netdev: list[IbLink] = field(default_factory=list)
+    meminfo_kib: dict[str, int] = field(default_factory=dict)
+    incontainer: dict[str, Any] | None = None  # doctor_container.py's JSON
+    net: dict[str, Any] | None = None  # doctor_net.py's JSON
+    clock: float | None = None  # the node's clock at the start / end of the probe
+    clock_end: float | None = None
+    sent_at: float | None = None  # this machine's clock when the probe left / came back
+    received_at: float | None = None
 
 
 @dataclass
@@ -39,6 +75,7 @@ class DoctorReport:
     findings: list[Finding]
     snapshot: ClusterSnapshot | None = None
     extras: dict[str, NodeExtras] = field(default_factory=dict)
+    matrix: dict[str, Any] | None = None  # checks x nodes (core/actions/fabric.py)
 
     @property
     def errors(self) -> list[Finding]:
@@ -55,9 +92,14 @@ def local_model_path(model: str | None) -> str | None:
 def doctor_command(cfg: Config, node_name: str) -> Command:
     n = cfg.node(node_name)
     assert n is not None
+    peers = " ".join(m.ip for m in cfg.nodes if m.name != n.name and m.ip)
+    native = cfg.backend_configured and cfg.backend == "native"  # no Ray GCS to reach
+    gcs = f"{cfg.head.ip}:{cfg.ray.port}" if cfg.head.ip and not native else ""
     return sh(DOCTOR_SCRIPT, n.container.name, n.container.image or "",
-              local_model_path(cfg.vllm.model) or "", timeout=20,
-              description="doctor: image, model path, listening ports")
+              local_model_path(cfg.vllm.model) or "", peers, gcs, DOCTOR_CONTAINER_PY,
+              DOCTOR_NET_PY, timeout=20,
+              description="doctor: image, model, ports, container limits, GPUs, RDMA, "
+                          "interconnect, versions, clock")
 
 
 def parse_listening(text: str) -> set[int]:
@@ -94,7 +136,24 @@ def parse_doctor_probe(text: str) -> NodeExtras:
             x.repo_digests = sorted(d for d in parts[1].split(",") if d)
     model = [s.strip() for s in sections.get("model", []) if s.strip()]
     x.model = model[0] if model else None
-    x.listening = parse_listening("\n".join(sections.get("listen", [])))
+    listen = "\n".join(sections.get("listen", []))
+    x.listening = parse_listening(listen)
+    x.listeners = parse_listeners(listen)
+
+    def sec(name: str) -> str:
+        return "\n".join(sections.get(name, []))
+
+    x.hostconfig = parse_json(sec("hostconfig"))
+    x.runtimes, x.default_runtime = parse_runtimes(sec("runtimes"))
+    x.host_gpus = parse_gpu_list(sec("host_gpus"))
+    x.netdev = parse_netdev(sec("netdev"))
+    x.ib = parse_ib(sec("ib"))
+    x.ibdev2netdev = parse_ibdev2netdev(sec("ibdev2netdev"))
+    x.meminfo_kib = parse_meminfo_kib(sec("meminfo"))
+    x.incontainer = parse_json(sec("incontainer"))
+    x.net = parse_json(sec("net"))
+    x.clock = parse_clock(sec("clock"))
+    x.clock_end = parse_clock(sec("clock_end"))
     if "end" not in sections:
         x.error = "doctor probe output was cut short"
     return x
@@ -279,17 +338,24 @@ def preflight_findings(cfg: Config, snap: ClusterSnapshot,
 
 def doctor_findings(cfg: Config, snap: ClusterSnapshot,
                     extras: dict[str, NodeExtras]) -> list[Finding]:
-    """The live checks' findings plus doctor's own, errors first."""
-    return sort_findings(list(snap.findings) + preflight_findings(cfg, snap, extras))
+    """The live checks' findings plus doctor's own and the fabric's, errors first."""
+    from sparktui.core.actions.fabric import fabric_checks
+
+    board = fabric_checks(cfg, snap, extras)
+    return sort_findings(list(snap.findings) + preflight_findings(cfg, snap, extras)
+                         + board.findings)
 
 
 async def _extras(cfg: Config, transports: dict[str, Transport]) -> dict[str, NodeExtras]:
     async def one(name: str) -> tuple[str, NodeExtras]:
+        sent = time.time()
         try:
             r = await transports[name].run(doctor_command(cfg, name))
         except TransportError as e:
             return name, NodeExtras(error=str(e))
-        return name, parse_doctor_probe(r.stdout)
+        x = parse_doctor_probe(r.stdout)
+        x.sent_at, x.received_at = sent, time.time()
+        return name, x
     pairs = await asyncio.gather(*(one(n.name) for n in cfg.nodes))
     return dict(pairs)
 
@@ -314,7 +380,11 @@ async def run_doctor(cfg: Config, transports: dict[str, Transport] | None = None
         if own:
             await asyncio.gather(*(t.close() for t in transports.values()),
                                  return_exceptions=True)
-    return DoctorReport(doctor_findings(cfg, snap, extras), snap, extras)
+    findings = doctor_findings(cfg, snap, extras)
+    from sparktui.core.actions.fabric import fabric_checks
+
+    matrix = fabric_checks(cfg, snap, extras).matrix(findings)
+    return DoctorReport(findings, snap, extras, matrix=matrix)
 
 
 def doctor_plan(cfg: Config) -> Plan:
