@@ -222,6 +222,10 @@ class VllmConfig(Model):
     log: Annotated[Text, AfterValidator(_absolute)] = "/tmp/sparktui/vllm.log"
     """Where serve writes vLLM's output on the head node."""
     health_timeout: LongSeconds = 900.0
+    stall_seconds: LongSeconds = 60.0
+    """Seconds without progress before a stall is called: `vllm-stalled` (requests running,
+    the generated-token counter unchanged) and `vllm-load-stalled` (a loading bar that has
+    not moved, or 3x one item's time at its last rate when that is longer)."""
 
     def parallel_size(self) -> int:
         """TP x PP as given in `args` (1 when absent)."""

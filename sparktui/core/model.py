@@ -65,6 +65,9 @@ class Gpu:
     unified: bool = False
     utilization_pct: int | None = None
     uuid: str = ""
+    power_w: float | None = None  # power.draw (GB10 gives it; memory it does not)
+    temperature_c: int | None = None  # temperature.gpu
+    sm_clock_mhz: int | None = None  # clocks.sm
 
 
 @dataclass
@@ -149,6 +152,23 @@ class VllmStatus:
     prompt_tokens_total: float | None = None
     tokens_per_s: float | None = None
     version: str | None = None
+    # the latency histograms of this sample ("ttft", "itl" -> vllm_metrics.Histogram)
+    histograms: dict[str, Any] = field(default_factory=dict)
+    # start-up, from vLLM's log (core/phases.py): phase id, 0-1 or None, when it began
+    phase: str | None = None
+    phase_label: str | None = None
+    phase_progress: float | None = None
+    phase_started_at: float | None = None  # Unix time
+    phase_eta_s: float | None = None
+    phase_ranks: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> phase, progress
+    # over the last minute, from the histograms (seconds) and the token counters
+    ttft_p50_s: float | None = None
+    ttft_p95_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p95_s: float | None = None
+    ttft_mean_s: float | None = None
+    itl_mean_s: float | None = None
+    prompt_tokens_per_s: float | None = None
 
 
 @dataclass

@@ -16,12 +16,18 @@ from collections.abc import AsyncIterator, Callable
 
 from sparktui.config import Config
 from sparktui.core import checks
-from sparktui.core.model import ClusterSnapshot, NodeState, RayView, VllmStatus
+from sparktui.core.command import sh
+from sparktui.core.lifecycle import Lifecycle
+from sparktui.core.model import ClusterSnapshot, NodeState, RayView, VllmStatus, sort_findings
+from sparktui.core.phases import parse_log_tail
 from sparktui.core.probes import script as probe_script
 from sparktui.core.probes.ray import dedupe_by_ip
 from sparktui.core.safe_text import clean_text, sanitize
 from sparktui.core.ssh import transport_for
 from sparktui.core.transport import Transport, TransportError
+from sparktui.remote import script
+
+LOG_TAIL_BYTES = 262144  # the end of vllm.log read for the start-up phase, while not healthy
 
 RAY_ALLOWANCE = 8.0  # the head's Ray query may take this long before it counts as silence
 RAY_EVERY = 3  # the Ray table costs ~1 s of Python in the head container: every Nth tick
@@ -51,6 +57,7 @@ class Monitor:
         self._ray_source: str | None = None
         self._vllm = VllmStatus()
         self._last_tokens: tuple[float, float] | None = None
+        self.lifecycle = Lifecycle(cfg.vllm.stall_seconds)  # phases, stalls, latency
         self.probe_timeout = 60.0  # the probe command has its own, shorter timeout
 
     # ------------------------------------------------------------------ one node
@@ -89,7 +96,24 @@ class Monitor:
                 self._ray_error = parsed.ray_error and clean_text(parsed.ray_error)
                 self._ray_source = name
             self._vllm = sanitize(self._vllm_status(parsed))
+            await self._read_phase(transport)
+            self.lifecycle.feed_status(self._vllm, time.monotonic())
         return state
+
+    async def _read_phase(self, transport: Transport) -> None:
+        """While vLLM is not healthy (and once at the start), the end of its log on the head
+        gives the start-up phase. A failure here only leaves the phase as it was."""
+        if self._vllm.healthy and self.lifecycle.timeline is not None:
+            return
+        command = sh(script("vllm_log_tail.sh"), self.cfg.vllm.log, str(LOG_TAIL_BYTES),
+                     timeout=10, description="tail of the vLLM log")
+        try:
+            result = await transport.run(command)
+        except TransportError:
+            return
+        tl, mtime = parse_log_tail(result.stdout)
+        if tl is not None:
+            self.lifecycle.feed_timeline(sanitize(tl), time.monotonic(), mtime)
 
     def _vllm_status(self, parsed) -> VllmStatus:
         v = parsed.vllm if parsed.vllm is not None else VllmStatus()
@@ -167,7 +191,18 @@ class Monitor:
                 death_reason=entry.death_reason if entry else "",
             )
         snap.findings = checks.check(snap, self.cfg)
+        if head.reachable:
+            snap.vllm.phase_ranks = {
+                self._rank_node(snap, key): value
+                for key, value in snap.vllm.phase_ranks.items()}
+            snap.findings = sort_findings(snap.findings + self.lifecycle.findings(
+                snap, time.monotonic(), head.name))
         return snap
+
+    def _rank_node(self, snap: ClusterSnapshot, key: str) -> str:
+        """A start-up rank's key (Ray's `ip=` prefix; "" = the head) -> the node's name."""
+        node = snap.node_by_ip(key) if key else None
+        return self.cfg.head.name if not key else (node.name if node else key)
 
     async def watch(self, interval: float | None = None,
                     paused: Callable[[], bool] | None = None) -> AsyncIterator[ClusterSnapshot]:

@@ -25,7 +25,7 @@ run() {
 vmetrics() {
   M=$("$@"); r=$?
   if have grep; then
-    printf '%s\n' "$M" | grep -E '^(# (HELP|TYPE) )?vllm:(num_requests_running|num_requests_waiting|kv_cache_usage_perc|gpu_cache_usage_perc|prompt_tokens(_total)?|generation_tokens(_total)?)[ {]'
+    printf '%s\n' "$M" | grep -E '^(# (HELP|TYPE) )?vllm:(num_requests_running|num_requests_waiting|kv_cache_usage_perc|gpu_cache_usage_perc|prompt_tokens(_total)?|generation_tokens(_total)?|(time_to_first_token|inter_token_latency|time_per_output_token)_seconds(_bucket|_sum|_count)?)[ {]'
   else
     printf '%s\n' "$M"
   fi
@@ -101,7 +101,7 @@ if [ "$HEAD" = 1 ]; then
 fi
 
 if have nvidia-smi; then
-  run gpus T 5 nvidia-smi --query-gpu=index,name,uuid,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits
+  run gpus T 5 nvidia-smi --query-gpu=index,name,uuid,memory.used,memory.total,utilization.gpu,power.draw,temperature.gpu,clocks.sm --format=csv,noheader,nounits
   run gpu_apps T 5 nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits
 else
   mark gpus missing

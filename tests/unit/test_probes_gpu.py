@@ -99,7 +99,8 @@ def test_field_values() -> None:
 
 def test_query_commands() -> None:
     assert GPU_QUERY_ARGV[1] == (
-        "--query-gpu=index,name,uuid,memory.used,memory.total,utilization.gpu")
+        "--query-gpu=index,name,uuid,memory.used,memory.total,utilization.gpu,"
+        "power.draw,temperature.gpu,clocks.sm")
     assert APPS_QUERY_ARGV[1] == "--query-compute-apps=pid,process_name,used_memory"
 
 

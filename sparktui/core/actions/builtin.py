@@ -192,6 +192,32 @@ def _has_flag(args: list[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
+def serve_wait_verdict(result: Result) -> Verdict:
+    """The /health wait's verdict (exit 0 ready, 1 not yet, else failed), its message led by
+    the start-up phase read from the log tail health.sh appends (core/phases.py): serve
+    prints each phase as it passes, and a timeout or a death says where start-up stopped."""
+    from dataclasses import replace
+
+    from sparktui.core.actions.plan import exit_verdict
+    from sparktui.core.phases import parse_phases
+
+    own, sep, log = result.stdout.partition(LOG_SEPARATOR)
+    verdict, msg = exit_verdict(replace(result, stdout=own))
+    if not sep or verdict == "ok":
+        return verdict, msg
+    lines = log.split("\n")[1:]  # the tail starts inside a line
+    tl = parse_phases(lines)
+    if tl.phase is None:
+        return verdict, msg
+    status = own.strip().splitlines()[-1] if own.strip() else ""
+    if verdict == "pending":
+        return verdict, f"phase: {tl.describe()}" + (f" ({status})" if status else "")
+    return verdict, f"{msg} (start-up phase: {tl.describe()})"
+
+
+LOG_SEPARATOR = "@@sparktui:log@@\n"
+
+
 def serve_plan(cfg: Config) -> Plan:
     head = cfg.head
     c = head.container.name
@@ -203,8 +229,8 @@ def serve_plan(cfg: Config) -> Plan:
                                   (start,)),)),
         Stage("wait for /health", (Step(
             head.name, f"wait for vLLM's /health on port {cfg.vllm.port}",
-            (sh(HEALTH_SCRIPT, script("http_get.py"), str(cfg.vllm.port), c,
+            (sh(HEALTH_SCRIPT, script("http_get.py"), str(cfg.vllm.port), c, cfg.vllm.log,
                 timeout=20),),
-            kind="wait", timeout=cfg.vllm.health_timeout, interval=2.0, grace=2.0,
+            kind="wait", verdict=serve_wait_verdict, timeout=cfg.vllm.health_timeout, interval=2.0, grace=2.0,
             until=f"HTTP 200 from http://127.0.0.1:{cfg.vllm.port}/health on {head.name}"),)),
     ], preflight=True, title=f"Serve {cfg.vllm.model} on {head.name}")

@@ -14,7 +14,10 @@ from sparktui.core.probes.meminfo import MemInfo
 
 GPU_FIELDS: tuple[str, ...] = (
     "index", "name", "uuid", "memory.used", "memory.total", "utilization.gpu",
+    "power.draw", "temperature.gpu", "clocks.sm",
 )
+# The fields before power/temperature/clock were added: rows of that many columns still parse.
+BASE_GPU_FIELDS = GPU_FIELDS[:6]
 APP_FIELDS: tuple[str, ...] = ("pid", "process_name", "used_memory")
 
 GPU_QUERY_ARGV: tuple[str, ...] = (
@@ -25,6 +28,12 @@ APPS_QUERY_ARGV: tuple[str, ...] = (
 )
 
 _NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
+
+
+def float_value(raw: str) -> float | None:
+    """`96.81`, `96.81 W` -> float; `[N/A]`, `[Not Supported]`, junk -> None."""
+    m = _NUMBER.match(raw)
+    return float(m.group(1)) if m else None
 
 
 def field_value(raw: str) -> int | None:
@@ -89,13 +98,22 @@ def parse_gpu_query(
     i_used = _col(fields, "memory.used")
     i_total = _col(fields, "memory.total")
     i_util = _col(fields, "utilization.gpu")
+    i_power = _col(fields, "power.draw", "power.draw.instant")
+    i_temp = _col(fields, "temperature.gpu")
+    i_clock = _col(fields, "clocks.sm", "clocks.current.sm")
     gpus: list[Gpu] = []
     for line in text.splitlines():
         if not line.strip():
             continue
         parts = _split(line, len(fields), i_name)
+        if parts is None and fields[:len(BASE_GPU_FIELDS)] == BASE_GPU_FIELDS:
+            parts = _split(line, len(BASE_GPU_FIELDS), i_name)  # an older probe's row
         if parts is None:
             continue
+
+        def at(i: int | None, parts: list[str] = parts) -> str | None:
+            return parts[i] if i is not None and i < len(parts) else None
+
         if i_idx is not None and not parts[i_idx].isdigit():
             continue
         index = int(parts[i_idx]) if i_idx is not None else len(gpus)
@@ -116,6 +134,9 @@ def parse_gpu_query(
             unified=unified,
             utilization_pct=field_value(parts[i_util]) if i_util is not None else None,
             uuid=parts[i_uuid] if i_uuid is not None else "",
+            power_w=float_value(p) if (p := at(i_power)) is not None else None,
+            temperature_c=field_value(t) if (t := at(i_temp)) is not None else None,
+            sm_clock_mhz=field_value(c) if (c := at(i_clock)) is not None else None,
         ))
     return gpus
 

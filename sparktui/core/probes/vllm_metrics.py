@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparktui.core.model import VllmStatus
@@ -13,6 +15,11 @@ PROMPT_TOKENS = "vllm:prompt_tokens_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 
 WANTED = (RUNNING, WAITING, *KV_CACHE, PROMPT_TOKENS, GENERATION_TOKENS)
+
+# Latency histograms: time to first token, and inter-token latency (pre-0.11 name second).
+TTFT = ("vllm:time_to_first_token_seconds",)
+ITL = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
+HISTOGRAMS = (*TTFT, *ITL)
 
 
 def _samples(text: str) -> dict[str, list[float]]:
@@ -39,6 +46,70 @@ def _samples(text: str) -> dict[str, list[float]]:
     return out
 
 
+def parse_histograms(text: str) -> dict[str, Histogram]:
+    """The latency histograms (HISTOGRAMS) in a /metrics text, summed over engines and labels:
+    family name -> Histogram (cumulative bucket counts by upper bound, count, sum)."""
+    out: dict[str, Histogram] = {}
+    try:
+        families = list(text_string_to_metric_families(text))
+    except Exception:  # junk in the text: no latency this time (the gauges have a fallback)
+        return out
+    for family in families:
+        if family.name not in HISTOGRAMS or family.type != "histogram":
+            continue
+        buckets: dict[float, float] = {}
+        count = total = 0.0
+        for s in family.samples:
+            if s.name.endswith("_bucket"):
+                le = float(s.labels.get("le", "inf").replace("+Inf", "inf"))
+                buckets[le] = buckets.get(le, 0.0) + float(s.value)
+            elif s.name.endswith("_count"):
+                count += float(s.value)
+            elif s.name.endswith("_sum"):
+                total += float(s.value)
+        out[family.name] = Histogram(tuple(sorted(buckets.items())), count, total)
+    return out
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """A Prometheus histogram: cumulative `(upper bound, count)` pairs, ascending."""
+
+    buckets: tuple[tuple[float, float], ...]
+    count: float
+    sum: float
+
+    def minus(self, older: Histogram) -> Histogram | None:
+        """The observations made since `older` (None after a counter reset)."""
+        old = dict(older.buckets)
+        if self.count < older.count or any(
+                c < old.get(le, 0.0) for le, c in self.buckets):
+            return None
+        return Histogram(tuple((le, c - old.get(le, 0.0)) for le, c in self.buckets),
+                         self.count - older.count, self.sum - older.sum)
+
+    def quantile(self, q: float) -> float | None:
+        """Prometheus' histogram_quantile: linear inside the bucket that holds rank q*count
+        (None with no observations; the last finite bound when it falls in +Inf)."""
+        if self.count <= 0 or not self.buckets:
+            return None
+        rank = q * self.count
+        prev_le, prev_c = 0.0, 0.0
+        for le, c in self.buckets:
+            if c >= rank:
+                if le == float("inf"):
+                    return prev_le
+                if c == prev_c:
+                    return le
+                return prev_le + (le - prev_le) * (rank - prev_c) / (c - prev_c)
+            prev_le, prev_c = le, c
+        return prev_le
+
+    @property
+    def mean(self) -> float | None:
+        return self.sum / self.count if self.count > 0 else None
+
+
 def parse_vllm_metrics(text: str, status: VllmStatus | None = None) -> VllmStatus:
     """Fill running/waiting/kv_cache_pct/token counters of `status` (a new one by default).
 
@@ -60,6 +131,10 @@ def parse_vllm_metrics(text: str, status: VllmStatus | None = None) -> VllmStatu
         st.prompt_tokens_total = sum(samples[PROMPT_TOKENS])
     if GENERATION_TOKENS in samples:
         st.generation_tokens_total = sum(samples[GENERATION_TOKENS])
+    hists = parse_histograms(text)
+    st.histograms = {kind: h for kind, names in (("ttft", TTFT), ("itl", ITL))
+                     for h in [next((hists[n] for n in names if n in hists), None)]
+                     if h is not None}
     return st
 
 
