@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 from functools import partial
 from types import ModuleType
+from typing import NoReturn
 
 from sparktui import __version__
 
@@ -24,6 +25,8 @@ from sparktui import __version__
 COMMANDS: dict[str, str] = {
     "status": "Show every node's state and what is wrong",
     "diagnose": "Find known crash signatures in a vLLM log (file or stdin)",
+    "bundle": "Write one archive for a bug report: status, doctor, findings, every node's "
+              "logs, versions, the config (secrets masked)",
 }
 
 DEMO_HELP = ("show the console on a built-in story, with no cluster: two DGX Sparks, Ray "
@@ -40,7 +43,7 @@ def subcommands() -> dict[str, str]:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # exit 2, one line, no traceback
+    def error(self, message: str) -> NoReturn:  # exit 2, one line, no traceback
         self.print_usage(sys.stderr)
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(2)

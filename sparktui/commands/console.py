@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from sparktui.commands.common import load_config
 
+if TYPE_CHECKING:
+    import argparse
 
-def run(args) -> int:
+    from sparktui.tui.backend import Backend
+
+
+def run(args: argparse.Namespace) -> int:
     """Open the console; 2 on a config error (one `FILE:LINE: message` line on stderr)."""
     if getattr(args, "demo", False):
         from sparktui.tui.demo import DemoBackend
 
-        backend = DemoBackend(read_only=getattr(args, "read_only", False))
+        backend: Backend = DemoBackend(read_only=getattr(args, "read_only", False))
     else:
         cfg = load_config(args)
         if cfg is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 from sparktui.core.actions import ACTIONS, ActionSpec
 
@@ -68,11 +68,11 @@ def offered(allows: Callable[[str], bool]) -> tuple[UiAction, ...]:
     return tuple(a for a in REGISTRY if a.core is None or allows(a.core))
 
 
-def bindings() -> list[Binding]:
+def bindings() -> list[BindingType]:
     """The main screen's bindings. A mutating action's key has a second, hidden binding
     with the same id (a keymap moves both) that only says it is refused: `check_action`
     enables exactly one of the two, as the backend allows the action or not."""
-    out: list[Binding] = []
+    out: list[BindingType] = []
     for a in REGISTRY:
         out.append(Binding(a.key, a.action, a.label, show=a.show, id=a.id,
                            key_display=KEY_DISPLAY.get(a.key), tooltip=a.description))

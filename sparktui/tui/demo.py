@@ -35,7 +35,7 @@ from sparktui.core.model import (
     VllmStatus,
 )
 from sparktui.core.monitor import Monitor
-from sparktui.core.transport import LocalTransport
+from sparktui.core.transport import LocalTransport, Transport
 from sparktui.tui.backend import ActionOutcome, Emit, Progress
 from sparktui.tui.live import LiveBackend
 
@@ -116,7 +116,8 @@ class DemoMonitor(Monitor):
     """The real Monitor (snapshot, Ray join, live checks) over the story's probe answers."""
 
     def __init__(self, cfg: config_mod.Config) -> None:
-        transports = {n.name: LocalTransport(n.name, read_only=True) for n in cfg.nodes}
+        transports: dict[str, Transport] = {n.name: LocalTransport(n.name, read_only=True)
+                                            for n in cfg.nodes}
         super().__init__(cfg, transports, read_only=True)
 
     async def _probe(self, name: str, with_ray: bool) -> NodeState:
@@ -172,9 +173,10 @@ class DemoBackend(LiveBackend):
 
         if self._writer is None:
             self._writer = asyncio.ensure_future(self._write_story())
-        self._follower = FileFollower(LocalTransport("spark-1"), str(self.log_path),
-                                      node="spark-1", from_start=True, poll_interval=0.2)
-        async for batch in self._follower.batches():
+        follower = self._follower = FileFollower(
+            LocalTransport("spark-1"), str(self.log_path), node="spark-1", from_start=True,
+            poll_interval=0.2)
+        async for batch in follower.batches():
             yield batch.node, list(batch.lines), list(batch.events)
 
     async def execute(self, action: str, emit: Emit) -> ActionOutcome:

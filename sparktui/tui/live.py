@@ -24,7 +24,8 @@ from sparktui.tui.backend import (
 
 if TYPE_CHECKING:
     from sparktui.config import Config
-    from sparktui.core.actions import Plan
+    from sparktui.core.actions import ActionEvent, Plan
+    from sparktui.core.logs import FileFollower
     from sparktui.core.monitor import Monitor
 
 
@@ -56,7 +57,7 @@ class LiveBackend(Backend):
         self._matcher = Matcher(kb)
         self._scanner = self._matcher.scanner(1)
         self._diagnosis = Diagnosis(kb)
-        self._follower = None
+        self._follower: FileFollower | None = None
 
     async def refresh(self) -> ClusterSnapshot:
         return await self.monitor.refresh(wait=self.cfg.refresh_interval)
@@ -64,8 +65,9 @@ class LiveBackend(Backend):
     async def follow_log(self) -> AsyncIterator[tuple[str, list[str], list[str]]]:
         from sparktui.core.logs import vllm_log_follower
 
-        self._follower = vllm_log_follower(self.cfg, self.monitor.transports[self.cfg.head.name])
-        async for batch in self._follower.batches():
+        follower = self._follower = vllm_log_follower(
+            self.cfg, self.monitor.transports[self.cfg.head.name])
+        async for batch in follower.batches():
             yield batch.node, list(batch.lines), list(batch.events)
 
     def scan_log(self, lines: list[str]) -> list[LogMark]:
@@ -92,7 +94,7 @@ class LiveBackend(Backend):
     async def execute(self, action: str, emit: Emit) -> ActionOutcome:
         from sparktui.core.actions import run_action
 
-        def on_event(ev) -> None:
+        def on_event(ev: ActionEvent) -> None:
             emit(Progress(ev.action, ev.step, ev.node, ev.description, ev.state,
                           ev.message or ev.output))
 

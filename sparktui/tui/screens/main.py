@@ -16,9 +16,11 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from functools import partial
+from typing import ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult, SystemCommand
+from textual.binding import BindingType
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.screen import Screen
@@ -30,7 +32,7 @@ from sparktui import locations
 from sparktui.core.actions import ACTIONS
 from sparktui.core.model import ClusterSnapshot, Finding, NodeState, sort_findings
 from sparktui.tui import actions as registry
-from sparktui.tui.backend import Backend, PlanView
+from sparktui.tui.backend import Backend, PlanView, Progress
 from sparktui.tui.messages import ActionFinished, ActionProgress, LogBatch, SnapshotUpdated
 from sparktui.tui.screens.confirm import ConfirmScreen
 from sparktui.tui.screens.help import HelpScreen
@@ -49,7 +51,7 @@ class MainScreen(Screen[None]):
     """The console's one screen, and its controller. Bindings come from the registry."""
 
     AUTO_FOCUS = "#findings"
-    BINDINGS = registry.bindings()
+    BINDINGS: ClassVar[list[BindingType]] = registry.bindings()
 
     class Ready(Message):
         """The screen is composed and its collectors are started."""
@@ -310,8 +312,10 @@ class MainScreen(Screen[None]):
                         group="action", exit_on_error=False)
 
     async def _execute(self, action: str) -> None:
-        outcome = await self.backend.execute(
-            action, lambda p: self.post_message(ActionProgress(p)))
+        def emit(p: Progress) -> None:
+            self.post_message(ActionProgress(p))
+
+        outcome = await self.backend.execute(action, emit)
         self.post_message(ActionFinished(action, outcome.ok, outcome.summary,
                                          list(outcome.findings)))
 
