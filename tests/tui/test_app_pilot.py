@@ -123,6 +123,32 @@ async def test_keymap_remaps_an_action():
         assert isinstance(app.screen, ConfirmScreen)
 
 
+def test_console_actions_are_the_cores_registry():
+    from sparktui.core.actions import ACTIONS
+    from sparktui.tui import actions as registry
+
+    for spec in ACTIONS.values():
+        ui = next(a for a in registry.REGISTRY if a.core == spec.id)
+        assert (ui.label, ui.description, ui.key, ui.mutating) == (
+            spec.title, spec.description, spec.key, spec.mutating)
+    assert registry.by_id("preflight").core == "doctor"  # the keymap id configs use
+
+
+async def test_findings_list_posts_selected_and_the_screen_routes_it():
+    app, _ = await make_app()
+    posted: list[FindingsList.Selected] = []
+    async with app.run_test(size=SIZE, message_hook=lambda m: posted.append(m)
+                            if isinstance(m, FindingsList.Selected) else None) as pilot:
+        await started(pilot)
+        await detail_follows(pilot)
+        flist = app.screen.query_one(FindingsList)
+        assert posted and posted[-1].finding is flist.selected is not None
+        await pilot.press("down")
+        await detail_follows(pilot)
+        assert posted[-1].finding is flist.selected
+        assert app.screen.query_one(FindingDetail).finding is flist.selected
+
+
 # ------------------------------------------------------------------ read-only
 
 
@@ -144,6 +170,16 @@ async def test_read_only_drops_mutating_actions_everywhere():
         text = plain(app.screen.query_one("#help-text", Static))
         assert "teardown " not in text.split("READ-ONLY")[0]
         assert "READ-ONLY" in text
+    assert backend.mutating_sent() == []
+
+
+async def test_read_only_keymap_moves_the_refusal_with_the_key():
+    app, backend = await make_app(read_only=True, keymap={"teardown": "x"})
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        await pilot.press("x")
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert sum("Read-only: teardown" in m for m in notices(app)) == 1
     assert backend.mutating_sent() == []
 
 

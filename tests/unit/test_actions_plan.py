@@ -181,6 +181,16 @@ def test_registry_drops_mutating_actions_when_read_only():
     assert not build_plan("doctor", cfg()).mutating
 
 
+def test_the_registry_decides_read_only_refusals():
+    from sparktui.core.actions import refusal
+
+    for name, spec in ACTIONS.items():
+        assert refusal(name, False) is None
+        assert (refusal(name, True) is None) == (not spec.mutating)
+    assert "read-only" in (refusal("teardown", True) or "")
+    assert "unknown action" in (refusal("nope", False) or "")
+
+
 def test_serve_log_diagnosis_uses_the_knowledge_base():
     from sparktui.core.actions import diagnose_log_text
 
