@@ -140,9 +140,17 @@ class Model(BaseModel):
 # --------------------------------------------------------------------------- the model
 
 
+Backend = Literal["ray", "native"]
+
+
 class ClusterSettings(Model):
     name: Text = "cluster"
     """Shown in the header."""
+    backend: Backend = "ray"
+    """How the nodes form one vLLM: `ray` (a Ray cluster; vLLM's Ray executor) or `native`
+    (vLLM's own multi-node mode: `vllm serve --nnodes N --node-rank R --master-addr <head
+    ip>` on every node, the workers `--headless`, no Ray). Left out: `ray` for the actions,
+    and the console and `status` say which one they see on the nodes."""
 
 
 class SshSettings(Model):
@@ -226,6 +234,9 @@ class VllmConfig(Model):
     """Seconds without progress before a stall is called: `vllm-stalled` (requests running,
     the generated-token counter unchanged) and `vllm-load-stalled` (a loading bar that has
     not moved, or 3x one item's time at its last rate when that is longer)."""
+    master_port: Port | None = None
+    """Native backend: `--master-port` of every rank (the torch.distributed rendezvous on
+    the head); None leaves vLLM's default, 29501."""
 
     def parallel_size(self) -> int:
         """TP x PP as given in `args` (1 when absent)."""
@@ -322,6 +333,16 @@ class Config(Model):
     @property
     def cluster_name(self) -> str:
         return self.cluster.name
+
+    @property
+    def backend(self) -> Backend:
+        """`cluster.backend` (`ray` when the config does not say)."""
+        return self.cluster.backend
+
+    @property
+    def backend_configured(self) -> bool:
+        """Whether the config says `cluster.backend` (else the nodes decide what is shown)."""
+        return "backend" in self.cluster.model_fields_set
 
     @property
     def scripts(self) -> dict[str, ScriptAction]:

@@ -52,8 +52,11 @@ def render(snapshot: ClusterSnapshot, console: Console) -> None:
         t.append(value if isinstance(value, Text) else Text(value, style=style))
         console.print(t)
 
-    console.print(Text(f"cluster {snapshot.cluster}: {len(snapshot.nodes)} node(s)",
-                       style="bold"))
+    console.print(Text(f"cluster {snapshot.cluster}: {len(snapshot.nodes)} node(s), backend "
+                       f"{snapshot.backend}", style="bold"))
+    if snapshot.backend_note:
+        console.print(Text(f"  ({snapshot.backend_note})", style="dim"))
+    native_mode = snapshot.backend == "native"
     for n in snapshot.nodes:
         head = Text(f"{n.name}", style="bold")
         head.append(f"  {n.role}  {n.host}  ")
@@ -62,9 +65,11 @@ def render(snapshot: ClusterSnapshot, console: Console) -> None:
         console.print(head)
         if not n.reachable:
             continue
-        ips = Text(f"configured {n.configured_ip or '-'}   ray ")
+        ips = Text(f"configured {n.configured_ip or '-'}" + ("" if native_mode else "   ray "))
         rip = n.ray.registered_ip or "-"
-        if n.ray.registered_ip and n.configured_ip and n.ray.registered_ip != n.configured_ip:
+        if native_mode:
+            pass
+        elif n.ray.registered_ip and n.configured_ip and n.ray.registered_ip != n.configured_ip:
             ips.append(f"{rip} ≠ MISMATCH", style="bold red")
         else:
             ips.append(rip)
@@ -74,7 +79,14 @@ def render(snapshot: ClusterSnapshot, console: Console) -> None:
         alive = {True: ("alive", "green"), False: ("dead or absent", "red"),
                  None: ("unknown", "")}[n.ray.alive]
         gpus = f", {n.ray.gpus:g} GPU" if n.ray.gpus is not None else ""
-        line("ray", alive[0] + gpus, alive[1])
+        if native_mode:
+            from sparktui.core.native import rank_summary
+
+            summary = rank_summary(n)
+            line("vllm", summary, "yellow" if summary.startswith(("vllm serve not", "unknown"))
+                 else "")
+        else:
+            line("ray", alive[0] + gpus, alive[1])
         for c in n.containers or []:
             line("container", f"{c.name}  {c.state}  ({c.status})  {c.image}",
                  "" if c.running else "yellow")

@@ -51,7 +51,9 @@ def _interfaces_match(spec: str, names: list[str]) -> tuple[bool, list[str]]:
 def check(snapshot: ClusterSnapshot, cfg: Config) -> list[Finding]:
     """Every live finding for a snapshot, errors first."""
     out: list[Finding] = []
-    ray_known = snapshot.ray_error is None and snapshot.ray_source is not None
+    native_mode = snapshot.backend == "native"  # no Ray: no Ray checks (core/native.py's)
+    ray_known = (not native_mode and snapshot.ray_error is None
+                 and snapshot.ray_source is not None)
     for node in snapshot.nodes:
         ncfg = cfg.node(node.name)
         if not node.reachable:
@@ -123,6 +125,10 @@ def check(snapshot: ClusterSnapshot, cfg: Config) -> list[Finding]:
             ))
     if ray_known:
         out.extend(_cluster_ray_findings(snapshot, cfg))
+    if native_mode:
+        from sparktui.core import native
+
+        out.extend(native.check(snapshot, cfg))
     return sort_findings(out)
 
 

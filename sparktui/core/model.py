@@ -123,6 +123,8 @@ class NodeState:
     gpu_processes: list[GpuProcess] = field(default_factory=list)
     ray: RayView = field(default_factory=RayView)
     env: dict[str, str] = field(default_factory=dict)  # as the container's processes see it
+    vllm_argv: list[str] | None = None  # the container's vLLM serve process; None: none runs
+    vllm_pid: int | None = None  # its PID inside the container
     mem_total_mib: int | None = None
     mem_available_mib: int | None = None
     probe_seconds: float | None = None
@@ -182,6 +184,8 @@ class ClusterSnapshot:
     findings: list[Finding] = field(default_factory=list)
     taken_at: float = field(default_factory=time.time)
     tick: int = 0
+    backend: str = "ray"  # ray | native: what the checks and the panes go by
+    backend_note: str = ""  # how it was decided, when the config does not say
 
     def node(self, name: str) -> NodeState | None:
         for n in self.nodes:

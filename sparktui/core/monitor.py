@@ -136,6 +136,8 @@ class Monitor:
         finish), and return the snapshot of what is known now."""
         if with_ray is None:
             with_ray = self.tick % RAY_EVERY == 0
+        if self.cfg.backend_configured and self.cfg.backend == "native":
+            with_ray = False  # no Ray in this mode: its table is never asked for
         self.tick += 1
         for name in self.states:
             task = self._tasks.get(name)
@@ -181,9 +183,13 @@ class Monitor:
             ray_source=self._ray_source if ray_error is None else None, ray_error=ray_error,
             vllm=self._vllm, tick=self.tick,
         )
+        self._set_backend(snap)
+        if snap.backend == "native":  # no Ray: nothing about it is shown or checked
+            snap.ray_nodes, snap.ray_source, snap.ray_error = [], None, None
         for node in nodes:
-            entry = checks.ray_entry_for(node, snap.ray_nodes) if ray_error is None else None
-            node.ray = RayView(
+            entry = (checks.ray_entry_for(node, snap.ray_nodes)
+                     if ray_error is None and snap.backend != "native" else None)
+            node.ray = RayView() if snap.backend == "native" else RayView(
                 registered_ip=entry.ip if entry else None,
                 alive=entry.alive if entry else (False if ray_error is None else None),
                 gpus=entry.gpus if entry else None,
@@ -203,6 +209,18 @@ class Monitor:
         """A start-up rank's key (Ray's `ip=` prefix; "" = the head) -> the node's name."""
         node = snap.node_by_ip(key) if key else None
         return self.cfg.head.name if not key else (node.name if node else key)
+
+    def _set_backend(self, snap: ClusterSnapshot) -> None:
+        """The configured backend, else the one the nodes show (said in `backend_note`)."""
+        from sparktui.core import native
+
+        if self.cfg.backend_configured:
+            snap.backend, snap.backend_note = self.cfg.backend, ""
+            return
+        seen, why = native.detect_backend(
+            snap, {n.name: n.container.name for n in self.cfg.nodes})
+        snap.backend = seen
+        snap.backend_note = f"cluster.backend not set; {seen} seen: {why}"
 
     async def watch(self, interval: float | None = None,
                     paused: Callable[[], bool] | None = None) -> AsyncIterator[ClusterSnapshot]:

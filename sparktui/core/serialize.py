@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from sparktui.core import native
 from sparktui.core.model import ClusterSnapshot, NodeState, VllmStatus
 from sparktui.core.secrets import mask_secrets
 
@@ -34,6 +35,7 @@ def node_to_dict(n: NodeState) -> dict[str, Any]:
                            "used_memory_mib": p.used_memory_mib} for p in n.gpu_processes],
         "memory": {"total_mib": n.mem_total_mib, "available_mib": n.mem_available_mib},
         "env": mask_secrets(n.env),
+        "vllm_process": native.process_to_dict(n),
         "probe_seconds": None if n.probe_seconds is None else round(n.probe_seconds, 3),
     }
 
@@ -65,6 +67,7 @@ def snapshot_to_dict(s: ClusterSnapshot) -> dict[str, Any]:
     v = s.vllm
     return {
         "cluster": s.cluster,
+        "backend": {"name": s.backend, "note": s.backend_note or None},
         "nodes": [node_to_dict(n) for n in s.nodes],
         "ray": {"source": s.ray_source, "error": s.ray_error,
                 "nodes": [{"node_id": r.node_id, "ip": r.ip, "alive": r.alive,

@@ -111,6 +111,10 @@ def build_plan(name: str, cfg: Config) -> Plan:
         return script.script_plan(cfg, cfg.actions[name])
     if name == "teardown":
         return builtin.teardown_plan(cfg)
+    if cfg.backend == "native" and name in ("restart", "serve"):
+        from sparktui.core.actions import native
+
+        return native.restart_plan(cfg) if name == "restart" else native.serve_plan(cfg)
     if name == "restart":
         return builtin.restart_plan(cfg)
     if name == "serve":
@@ -222,21 +226,34 @@ async def _diagnose_serve(cfg: Config, transports: dict[str, Transport]
                           ) -> tuple[list[Finding], str]:
     """Read this run's part of the vLLM log on the head and diagnose it, with live state
     joined in (the fix names the node and the IP)."""
-    from sparktui.core.actions.builtin import SERVE_MARKER_PREFIX
-    from sparktui.core.command import cmd
     from sparktui.core.safe_text import clean
 
     head = cfg.head
-    t = transports.get(head.name)
-    if t is None:
-        return [], ""
+    if cfg.backend == "native":  # every rank writes its own log on its own node
+        return await _diagnose_native_serve(cfg, transports)
+    text = await serve_log_text(cfg, transports, head.name)
+    snapshot = await _snapshot_for_diagnosis(cfg, transports) if text else None
+    tail = "\n".join(clean(ln) for ln in text.splitlines()[-LOG_TAIL_LINES:])
+    return diagnose_log_text(text, cfg, snapshot), tail
+
+
+async def serve_log_text(cfg: Config, transports: dict[str, Transport], node: str) -> str:
+    """This run's part (from the last serve marker) of the vLLM log on `node`: inside its
+    container, else on the node itself; "" when neither has it."""
+    from sparktui.core.actions.builtin import SERVE_MARKER_PREFIX
+    from sparktui.core.command import cmd
+
+    ncfg = cfg.node(node)
+    t = transports.get(node)
+    if t is None or ncfg is None:
+        return ""
     text = ""
-    for c in (cmd("docker", "exec", head.container.name, "tail", "-n", "5000", cfg.vllm.log),
+    for c in (cmd("docker", "exec", ncfg.container.name, "tail", "-n", "5000", cfg.vllm.log),
               cmd("tail", "-n", "5000", cfg.vllm.log)):
         try:
             r = await t.run(c)
         except Exception:  # the other place may still have it; the failure is reported anyway
-            log.warning("reading the vLLM log on %s failed (%s)", head.name, c.argv[0],
+            log.warning("reading the vLLM log on %s failed (%s)", node, c.argv[0],
                         exc_info=True)
             continue
         if r.ok and r.stdout:
@@ -244,9 +261,34 @@ async def _diagnose_serve(cfg: Config, transports: dict[str, Transport]
             break
     if SERVE_MARKER_PREFIX in text:
         text = text[text.rindex(SERVE_MARKER_PREFIX):]
-    snapshot = await _snapshot_for_diagnosis(cfg, transports) if text else None
-    tail = "\n".join(clean(ln) for ln in text.splitlines()[-LOG_TAIL_LINES:])
-    return diagnose_log_text(text, cfg, snapshot), tail
+    return text
+
+
+async def _diagnose_native_serve(cfg: Config, transports: dict[str, Transport]
+                                 ) -> tuple[list[Finding], str]:
+    """Native backend: every rank's log, diagnosed on its own (a finding without a node
+    gets that rank's node), plus whether the ranks agree on the rendezvous. The tail shown
+    is each node's last lines, tagged `[node]`."""
+    from dataclasses import replace
+
+    from sparktui.core import native
+    from sparktui.core.model import sort_findings
+    from sparktui.core.safe_text import clean
+
+    names = [cfg.head.name] + [w.name for w in cfg.workers]
+    texts = dict(zip(names, await asyncio.gather(
+        *(serve_log_text(cfg, transports, n) for n in names)), strict=True))
+    snapshot = (await _snapshot_for_diagnosis(cfg, transports)
+                if any(texts.values()) else None)
+    findings: list[Finding] = native.rendezvous_findings(
+        cfg, {n: native.rendezvous_of(t.splitlines()) for n, t in texts.items()})
+    tails = []
+    per = max(8, LOG_TAIL_LINES // max(1, len(names)))
+    for n, text in texts.items():
+        for f in diagnose_log_text(text, cfg, snapshot):
+            findings.append(f if f.node else replace(f, node=n))
+        tails += [f"[{n}] {clean(ln)}" for ln in text.splitlines()[-per:]]
+    return sort_findings(findings), "\n".join(tails)
 
 
 async def _snapshot_for_diagnosis(cfg: Config, transports: dict[str, Transport]

@@ -374,6 +374,12 @@ async def run_doctor(cfg: Config, transports: dict[str, Transport] | None = None
     try:
         snap, extras = await asyncio.gather(monitor.refresh(wait=None, with_ray=True),
                                             _extras(cfg, transports))
+        native_found: list[Finding] = []
+        if snap.backend == "native":  # vLLM's own multi-node mode: its checks (no Ray)
+            from sparktui.core.actions import native
+
+            native_found = await native.doctor_findings(
+                cfg, snap, transports, {k: x.listening for k, x in extras.items()})
     finally:
         for t in monitor._tasks.values():
             t.cancel()
@@ -381,6 +387,8 @@ async def run_doctor(cfg: Config, transports: dict[str, Transport] | None = None
             await asyncio.gather(*(t.close() for t in transports.values()),
                                  return_exceptions=True)
     findings = doctor_findings(cfg, snap, extras)
+    if native_found:
+        findings = sort_findings(findings + native_found)
     from sparktui.core.actions.fabric import fabric_checks
 
     matrix = fabric_checks(cfg, snap, extras).matrix(findings)

@@ -164,6 +164,7 @@ class ProbeResult:
     env: dict[str, str] = field(default_factory=dict)  # relevant vars only, secrets masked
     env_pid: int | None = None  # the container-side PID whose environ was read
     env_source: str | None = None  # vllm | vllm-shell | pid1
+    vllm_argv: list[str] | None = None  # argv of the container's vLLM process (env_source vllm*)
     ray_nodes: list[RayNode] | None = None  # None: not asked (worker, or skipped this tick)
     ray_source: str | None = None  # dashboard | python
     ray_error: str | None = None
@@ -186,6 +187,8 @@ class ProbeResult:
         node.gpus = self.gpus
         node.gpu_processes = self.gpu_processes
         node.env = self.env
+        node.vllm_argv = self.vllm_argv
+        node.vllm_pid = self.env_pid if self.vllm_argv is not None else None
         node.mem_total_mib = self.mem.total_mib
         node.mem_available_mib = self.mem.available_mib
         if not self.complete:
@@ -266,6 +269,9 @@ def _env(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
     m = re.match(r"pid=(\d+) source=(\S+)", first)
     if m:
         res.env_pid, res.env_source = int(m[1]), m[2]
+        if rest.startswith("argv="):  # the vLLM process's argv, \001 between arguments
+            line, _, rest = rest.partition("\n")
+            res.vllm_argv = line[len("argv="):].rstrip("\x01").split("\x01")
     else:
         rest = sec.body
     res.env = parse_environ(rest)
@@ -353,7 +359,7 @@ SECTIONS: tuple[SectionSpec, ...] = (
     SectionSpec("meminfo", "mem", _meminfo),
     SectionSpec("gpus", "gpus", _gpus, tool="nvidia-smi"),
     SectionSpec("gpu_apps", "gpu_processes", _gpu_apps, tool="nvidia-smi"),
-    SectionSpec("env", "env", _env),  # also env_pid, env_source
+    SectionSpec("env", "env", _env),  # also env_pid, env_source, vllm_argv
     SectionSpec("ray_dashboard", "ray_nodes", _ray_dashboard),  # also ray_source, ray_error
     SectionSpec("ray", "ray_nodes", _ray),  # the Python route; also ray_source, ray_error
     SectionSpec("health", "vllm", _health, tool="curl or python3"),  # also vllm_http_code
