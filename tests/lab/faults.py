@@ -5,6 +5,8 @@ processes, or commands inside the node's namespaces) and has an inverse.
                                   `systemctl stop ssh`)
     cut_link / restore_link       pull / replug the node's cable: link="ic" (default), "ext"
                                   or "both"
+    set_mtu                       the MTU of the node's interconnect NIC (ends="node"), or of
+                                  both ends of its cable (ends="both": the bridge follows)
     kill_raylet                   SIGKILL the raylet in the node's Ray container (the
                                   container's `ray start --block` then exits) -> start_container
     restart_dockerd               stop dockerd (its containers stop with it) and start it again
@@ -21,7 +23,7 @@ from tests.lab import network, proc
 from tests.lab import node as nodemod
 from tests.lab import ray as raymod
 from tests.lab.proc import LabError
-from tests.lab.state import Lab, Node
+from tests.lab.state import IC_IF, Lab, Node
 
 
 def _n(lab: Lab, node: str | Node) -> Node:
@@ -57,6 +59,17 @@ def cut_link(lab: Lab, node: str | Node, link: str = "ic") -> None:
 
 def restore_link(lab: Lab, node: str | Node, link: str = "ic") -> None:
     network.set_link(lab, _n(lab, node), link, up=True)
+
+
+def set_mtu(lab: Lab, node: str | Node, mtu: int, ends: str = "node") -> None:
+    """`ip link set dev enp1s0f0np0 mtu <mtu>` inside the node (a firmware reset on one end);
+    ends="both" also sets the host end of its veth (to raise the whole path to jumbo)."""
+    n = _n(lab, node)
+    if ends not in ("node", "both"):
+        raise ValueError(f"ends must be 'node' or 'both', not {ends!r}")
+    if ends == "both":
+        proc.run(["ip", "link", "set", "dev", n.host_ic_veth, "mtu", str(mtu)])
+    proc.run(["ip", "-n", n.netns, "link", "set", "dev", IC_IF, "mtu", str(mtu)])
 
 
 def raylet_pids(lab: Lab, node: str | Node) -> list[int]:
@@ -108,6 +121,8 @@ def heal(lab: Lab, timeout: float = 300) -> None:
     for n in lab.nodes:
         start_sshd(lab, n)
         restore_link(lab, n, "both")
+        if set_mtu_needed(n):
+            set_mtu(lab, n, 1500, ends="both")
         if not nodemod.daemon_pids(n, "dockerd"):
             nodemod.start_daemon(n, "dockerd")
         proc.wait_for(lambda n=n: nodemod.exec_(n, ["docker", "version"],
@@ -130,6 +145,13 @@ def heal(lab: Lab, timeout: float = 300) -> None:
     raymod.stop(lab)
     raymod.start(lab)
     raymod.wait_alive(lab, timeout)
+
+
+def set_mtu_needed(n: Node) -> bool:
+    """Is either end of the node's interconnect cable not at the lab's 1500?"""
+    ends = [["cat", f"/sys/class/net/{n.host_ic_veth}/mtu"],
+            ["ip", "netns", "exec", n.netns, "cat", f"/sys/class/net/{IC_IF}/mtu"]]
+    return any(proc.run(argv, check=False).stdout.strip() != "1500" for argv in ends)
 
 
 def _ray_whole(lab: Lab) -> bool:

@@ -16,7 +16,9 @@ from tests.lab import node as nodemod
 from tests.lab.proc import LabError, wait_for
 from tests.lab.state import IC_IF, Lab, Node
 
-RUN_ARGS = ["--gpus", "all", "--network", "host"]
+# /dev/shm as real recipes size it (run_cluster.sh --shm-size 10.24g): doctor's shm-small
+# stays quiet on a healthy lab (a tmpfs: nothing is allocated until used).
+RUN_ARGS = ["--gpus", "all", "--network", "host", "--shm-size", "1g"]
 EXTRA_ARGS = ["--num-cpus", "1"]
 
 NODES_SCRIPT = (
