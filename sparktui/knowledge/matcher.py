@@ -40,7 +40,7 @@ ANSI_RE_B = re.compile(ANSI_RE.pattern.encode())
 REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 REPEATED_RE_B = re.compile(rb"[ \t]*\[repeated \d+x across cluster\][ \t]*$")
 # "(EngineCore_DP0 pid=1088) (RayWorkerWrapper pid=285, ip=192.168.177.12) ERROR ..."
-PREFIX_RE = re.compile(r"\((?P<proc>[^()\s]+) pid=\d+(?:, ip=(?P<ip>[0-9A-Fa-f.:]+))?\) ")
+PREFIX_RE = re.compile(r"\((?P<proc>[^()\s]+) pid=\d+(?:, ip=(?P<ip>[\w.:-]+))?\) ")
 # what may precede the first process prefix: nothing, quote markers of a pasted log
 # (`> `, `▎`, `|`), a timestamp (docker logs -t, Ray), a `[rank0]:` tag
 _QUOTE = r"(?:[>▎│|]\s*)*"
@@ -49,7 +49,7 @@ _LEAD_RE = re.compile(
 LEADING_PREFIXES_RE = re.compile(
     r"^\s*" + _QUOTE + r"(?:\[?\d{4}-\d\d-\d\dT[\d:.]+Z\]? )?"          # docker logs -t
     r"(?:\[rank\d+\]:\s*)?"                              # torchrun's rank tag
-    r"(?:\((?:[^()\s]+ pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?|raylet|autoscaler[^()]*)\) ?)*"
+    r"(?:\((?:[^()\s]+ pid=\d+(?:, ip=[\w.:-]+)?|raylet|autoscaler[^()]*)\) ?)*"
     r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d [\d:]+ \[?[^\]\s]+:\d+\]? )?")
 
 

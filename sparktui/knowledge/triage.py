@@ -174,7 +174,7 @@ def triage(evidence: dict[str, Evidence] | Iterable[Hit], kb: KnowledgeBase, *,
 
     def key(g: _Group) -> tuple:
         role = g.role
-        if g.category in demoted and role in ("primary", "predictive"):
+        if g.category in demoted and role in ("primary", "generic", "predictive"):
             role = "secondary"
         deferred = kb.categories[g.category].defer
         sev = g.best.first.pattern.severity
@@ -186,7 +186,11 @@ def triage(evidence: dict[str, Evidence] | Iterable[Hit], kb: KnowledgeBase, *,
         out.append(_finding(g, kb, context.get(g.category, []), demoted,
                             wrapper_only=(i == 0 and g.role == "secondary")))
     if fallback and not any(f.severity == "error" for f in out):
-        out.insert(0, _unrecognised(fallback, kb))
+        # after the named causes (a stalled load, a handshake that never finished), before
+        # warnings and wrappers
+        named = next((i for i, g in enumerate(ordered) if key(g)[0] > ROLE_RANK["generic"]),
+                     len(ordered))
+        out.insert(named, _unrecognised(fallback, kb))
     return out
 
 
@@ -237,7 +241,7 @@ def _finding(g: _Group, kb: KnowledgeBase, context: list[Evidence], demoted: set
     if wrapper_only:
         message = NO_ROOT_CAUSE + message
         fix_steps = [NO_ROOT_CAUSE_FIX, *fix_steps]
-    elif g.category in demoted and g.role in ("primary", "predictive"):
+    elif g.category in demoted and g.role in ("primary", "generic", "predictive"):
         explanation = ("Probably a consequence of an earlier, more specific finding. "
                        + explanation)
     title = p.title if p.category == g.category else category.title
