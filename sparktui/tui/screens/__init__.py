@@ -1,1 +1,2 @@
-"""Modal screens: help, confirmation, action progress."""
+"""Screens: the main screen (the console itself) and the modal ones (help, confirmation,
+action progress)."""
