@@ -1,4 +1,4 @@
-"""Messages the collectors (workers) post to the app: plain dataclasses."""
+"""Messages the collectors (workers) post to the main screen: plain dataclasses."""
 
 from __future__ import annotations
 
