@@ -392,3 +392,12 @@ def process_to_dict(node: NodeState) -> dict | None:
     return {"pid": node.vllm_pid, "argv": list(node.vllm_argv or []), "nnodes": a.nnodes,
             "node_rank": a.node_rank, "master_addr": a.master_addr,
             "master_port": a.master_port, "headless": a.headless}
+
+
+def rank_log_followers(cfg: Config, transports: dict, **kw) -> list:
+    """One follower of `vllm.log` per node (each rank writes its own on its own node), in
+    rank order; `core.logs.merge` streams them tagged by node."""
+    from sparktui.core.logs import FileFollower
+
+    order = [cfg.head, *cfg.workers]
+    return [FileFollower(transports[n.name], cfg.vllm.log, node=n.name, **kw) for n in order]

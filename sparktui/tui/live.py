@@ -58,13 +58,34 @@ class LiveBackend(Backend):
         self._scanner = self._matcher.scanner(1)
         self._diagnosis = Diagnosis(kb)
         self._follower: FileFollower | None = None
+        self._followers: list[FileFollower] = []  # native: one per rank
 
     async def refresh(self) -> ClusterSnapshot:
         return await self.monitor.refresh(wait=self.cfg.refresh_interval)
 
-    async def follow_log(self) -> AsyncIterator[tuple[str, list[str], list[str]]]:
-        from sparktui.core.logs import vllm_log_follower
+    @property
+    def native_logs(self) -> bool:
+        """The native backend (configured): every rank's log, on its own node, is followed."""
+        return self.cfg.backend_configured and self.cfg.backend == "native" \
+            and len(self.cfg.nodes) > 1
 
+    @property
+    def log_label(self) -> str:
+        if self.native_logs:
+            return f"{self.cfg.vllm.log} on every node (one rank each)"
+        return super().log_label
+
+    async def follow_log(self) -> AsyncIterator[tuple[str, list[str], list[str]]]:
+        from sparktui.core.logs import merge, vllm_log_follower
+
+        if self.native_logs:
+            from sparktui.core.native import rank_log_followers
+
+            followers = rank_log_followers(self.cfg, self.monitor.transports)
+            self._followers = followers
+            async for batch in merge(followers):
+                yield batch.node, list(batch.lines), list(batch.events)
+            return
         follower = self._follower = vllm_log_follower(
             self.cfg, self.monitor.transports[self.cfg.head.name])
         async for batch in follower.batches():
@@ -104,4 +125,6 @@ class LiveBackend(Backend):
     async def close(self) -> None:
         if self._follower is not None:
             self._follower.stop()
+        for f in self._followers:
+            f.stop()
         await self.monitor.close()

@@ -16,7 +16,13 @@ machine, see tests/lab/vllm.py), served once and reused:
    follower, matcher and live join, gives `placement_group_ip_mismatch` within seconds of the
    first `Waiting for creating a placement group` line, its fix naming the node, the
    variable and both IPs;
-5. the same through the console (Pilot).
+5. the same through the console (Pilot);
+6. the head's container killed while serving;
+7. vLLM's native multi-node mode (cluster.backend: native, no Ray): `sparktui restart` and
+   `serve` run TP=2 across both nodes with `--nnodes 2 --node-rank R --master-addr <head>`
+   -> /health, a completion, each rank's log on its own node, status/doctor/console showing
+   the ranks; then rank 1 started with a wrong --master-addr: named live by status, the
+   ranks' logs disagree (doctor), and each rank's log diagnosed once both gave up.
 
 Every vLLM log and Ray container log these runs produce is copied to $SPARKTUI_LAB_LOGS
 (default: a directory under the system temp dir, so a test run leaves the work tree as it
@@ -626,3 +632,192 @@ def test_head_container_killed_while_serving(vllm_lab, state_home, run_info):
     [wc] = [c for c in worker["containers"] if c["name"] == lab.container]
     assert wc["state"] == "running"
     keep_logs(lab, "serve_tp2_head_container_killed", ray_logs=False, remove=True)
+
+
+# ------------------------------------------------------------------ 7. native mode (no Ray)
+
+
+def rank_running(lab, node) -> bool:
+    r = lab.docker(node, "exec", lab.container, "sh", "-c",
+                   'for f in /proc/[0-9]*/cmdline; do tr "\\000" " " <"$f" 2>/dev/null '
+                   '| grep -q "vllm[ ]serve" && exit 0; done; exit 1', check=False)
+    return r.returncode == 0
+
+
+def keep_rank_logs(lab, name: str) -> None:
+    """Every node's own vllm.log (one rank each) to LOG_DIR as `<name>.<node>.vllm.log`."""
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    for n in lab.nodes:
+        src = vllmmod.host_log_path(lab, n)
+        if src.exists():
+            shutil.copyfile(src, LOG_DIR / f"{name}.{n.name}.vllm.log")
+
+
+def wait_ranks_exit(lab, timeout: float) -> float:
+    t0 = time.monotonic()
+    while any(rank_running(lab, n) for n in lab.nodes):
+        assert time.monotonic() - t0 < timeout, "a rank still runs"
+        time.sleep(2)
+    return time.monotonic() - t0
+
+
+@pytest.fixture(scope="module")
+def native_cfg(vllm_lab, tmp_path_factory) -> Path:
+    return vllmmod.write_native_config(vllm_lab,
+                                       tmp_path_factory.mktemp("native") / "native.yaml")
+
+
+async def test_native_restart_serve_tp2_without_ray(vllm_lab, native_cfg, state_home,
+                                                    run_info):
+    """cluster.backend: native: restart starts the containers without Ray, serve starts
+    `vllm serve --nnodes 2 --node-rank R --master-addr <head ip>` on both nodes (the worker
+    headless) and waits for /health; a completion answers; status, doctor and the console
+    show each node's rank, no Ray anywhere."""
+    lab = vllm_lab
+    head, worker = lab.head, lab.workers[0]
+    cfg = str(native_cfg)
+    r = sparktui(state_home, "serve", "-c", cfg, "--dry-run")
+    assert r.returncode == 0, r.stderr
+    for rank, n in enumerate(lab.nodes):  # the dry-run shows each node's exact line
+        assert f"[{n.name}] start vllm serve rank {rank}" in r.stdout
+        line = (f"--nnodes 2 --node-rank {rank} --master-addr {head.ic_ip}"
+                + (" --headless" if rank else ""))
+        assert line + "\n" in r.stdout, r.stdout[-3000:]
+    t0 = time.monotonic()
+    r = sparktui(state_home, "restart", "-c", cfg, "--yes", "--json", timeout=300)
+    run_info["steps"]["native_restart_s"] = round(time.monotonic() - t0, 1)
+    assert r.returncode == 0 and json.loads(r.stdout)["ok"], r.stderr[-3000:]
+    for n in lab.nodes:
+        ps = lab.docker(n, "exec", lab.container, "ps", "-eo", "args").stdout
+        assert "sleep infinity" in ps and "ray" not in ps, ps
+        vllmmod.host_log_path(lab, n).unlink(missing_ok=True)
+    t1 = time.monotonic()
+    r = sparktui(state_home, "serve", "-c", cfg, "--yes", "--json", timeout=600)
+    run_info["steps"]["native_serve_to_health_s"] = round(time.monotonic() - t1, 1)
+    serve = json.loads(r.stdout) if r.stdout.strip() else {}
+    if r.returncode != 0:
+        keep_rank_logs(lab, "native_serve_failed")
+    assert r.returncode == 0 and serve.get("ok"), (r.stderr[-3000:], serve.get("log_tail"))
+    assert [s["state"] for s in serve["steps"]] == ["ok"] * 4
+    assert http(lab, "/health")[0] == 200
+    out = complete(lab, "The quick brown fox jumps over the lazy dog and then", 16)
+    assert out["usage"]["completion_tokens"] == 16
+    assert "-tp2-" in out["system_fingerprint"]
+    # each rank's output is on its own node: rank 1 joined rank 0's rendezvous over the
+    # interconnect, from the worker
+    logs = {n.name: vllmmod.host_log_path(lab, n).read_text(errors="replace")
+            for n in lab.nodes}
+    init = f"distributed_init_method=tcp://{head.ic_ip}:29501"
+    assert re.search(rf"world_size=2 rank=0 .*{re.escape(init)}", logs[head.name])
+    assert re.search(rf"world_size=2 rank=1 .*{re.escape(init)}", logs[worker.name])
+    assert "headless multiproc executor" in logs[worker.name]
+    assert "Application startup complete" in logs[head.name]
+
+    # status: the backend, each node's rank, no Ray, no finding
+    r = sparktui(state_home, "status", "--json", "-c", cfg, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:]
+    data = json.loads(r.stdout)
+    assert data["backend"] == {"name": "native", "note": None}
+    assert data["ray"] == {"source": None, "error": None, "nodes": []}
+    procs = {n["name"]: n["vllm_process"] for n in data["nodes"]}
+    assert (procs[head.name]["node_rank"], procs[head.name]["headless"]) == (0, False)
+    assert (procs[worker.name]["node_rank"], procs[worker.name]["nnodes"],
+            procs[worker.name]["master_addr"], procs[worker.name]["headless"]) == (
+        1, 2, head.ic_ip, True)
+    assert data["findings"] == []
+    # the lab's own config says no backend: status says which it sees
+    r = sparktui(state_home, "status", "--json", "-c", str(lab.config_path), timeout=120)
+    seen = json.loads(r.stdout)["backend"]
+    assert seen["name"] == "native" and "vllm serve --nnodes 2 runs on spark-1" in seen["note"]
+    # doctor: the worker reaches rank 0's rendezvous, the ranks' logs agree
+    r = sparktui(state_home, "doctor", "-c", cfg, "--json", timeout=120)
+    doctor = json.loads(r.stdout)
+    native_ids = [f["id"] for f in doctor["findings"]
+                  if f["id"].startswith("native-") or f["severity"] == "error"]
+    assert native_ids == [], doctor["findings"]
+
+    # the console: each pane shows its rank, the log pane streams both nodes' logs
+    app = SparkApp(LiveBackend(load_config(cfg)))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.snapshot is not None and app.snapshot.vllm.healthy,
+                    60, "the strip to show vLLM healthy")
+        await until(pilot, lambda: {e.node for e in app.log_view.entries} == {
+            head.name, worker.name}, 30, "both ranks' logs in the log pane")
+        assert "rank 0/2 · vllm serve running" in pane_text(app, head.name)
+        text = pane_text(app, worker.name)
+        assert "1/2 · vllm serve running" in text and "headless" in text
+        assert not re.search(r"^ray\b|alive|not in Ray", text, re.M), text
+        assert not [f for f in app.snapshot.findings if f.severity == "error"]
+        assert any("headless multiproc executor" in e.text and e.node == worker.name
+                   for e in app.log_view.entries)
+    keep_rank_logs(lab, "native_tp2_healthy")
+
+
+async def test_native_wrong_master_addr_reproduced_and_diagnosed(vllm_lab, state_home,
+                                                                 run_info, tmp_path):
+    """An operator's launcher starts rank 1 with a wrong --master-addr (an address of the
+    interconnect no node has): status names the rank and the address while it runs, doctor
+    sees the ranks' logs disagree, and once both ranks have given up every rank's log is
+    diagnosed on its own node: rank 0 waited for 1/2 clients, rank 1 could not connect."""
+    from sparktui.core.actions import _diagnose_native_serve
+
+    lab = vllm_lab
+    head, worker = lab.head, lab.workers[0]
+    wrong = head.ic_ip.rsplit(".", 1)[0] + ".99"
+    cfg_path = vllmmod.write_native_config(
+        lab, tmp_path / "native-timeout.yaml", args=vllmmod.NATIVE_ARGS
+        + vllmmod.NATIVE_TIMEOUT_ARGS)
+    cfg = str(cfg_path)
+    r = sparktui(state_home, "restart", "-c", cfg, "--yes", "--json", timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for n in lab.nodes:
+        vllmmod.host_log_path(lab, n).unlink(missing_ok=True)
+    t0 = time.monotonic()
+    vllmmod.operator_serve_native(lab, cfg_path, {worker.name: wrong})
+
+    # while the ranks wait: the live check names the worker and the wrong address
+    deadline = time.monotonic() + 60
+    while True:
+        r = sparktui(state_home, "status", "--json", "-c", cfg, timeout=120)
+        data = json.loads(r.stdout)
+        found = [f for f in data["findings"] if f["id"] == "native-master-addr-mismatch"]
+        if found or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert r.returncode == 1 and found, data["findings"]
+    assert found[0]["node"] == worker.name
+    assert f"--master-addr {wrong} (not a configured ip)" in found[0]["message"]
+    assert f"--master-addr {head.ic_ip}" in found[0]["fix"]
+    run_info["steps"]["native_wrong_master_status_s"] = round(time.monotonic() - t0, 1)
+    # doctor, meanwhile: the ranks' logs disagree on the rendezvous (once rank 1 said it)
+    deadline = time.monotonic() + 60
+    while True:
+        r = sparktui(state_home, "doctor", "--json", "-c", cfg, timeout=120)
+        ids = {(f["id"], f["node"]) for f in json.loads(r.stdout)["findings"]}
+        if ("native-rendezvous-disagree", worker.name) in ids or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert ("native-rendezvous-disagree", worker.name) in ids, ids
+    assert ("native-master-addr-mismatch", worker.name) in ids
+
+    # both ranks give up (rendezvous timeout 30 s); every rank's log, on its own node
+    run_info["steps"]["native_wrong_master_exit_s"] = round(
+        wait_ranks_exit(lab, 240) + time.monotonic() - t0, 1)
+    lcfg = load_config(cfg)
+    transports = {n.name: transport_for(n) for n in lcfg.nodes}
+    try:
+        findings, tail = await _diagnose_native_serve(lcfg, transports)
+    finally:
+        await asyncio.gather(*(t.close() for t in transports.values()))
+    assert findings[0].severity == "error"
+    assert ("native-rendezvous-disagree", worker.name) in [(f.id, f.node) for f in findings]
+    clients = [f for f in findings if f.id == "eng.rendezvous_clients"]
+    assert clients and clients[0].node == head.name
+    assert clients[0].captures.get("joined") == "1" and clients[0].captures.get("world") == "2"
+    store = [f for f in findings if f.node == worker.name and f.category == "engine_startup"]
+    assert store, [(f.id, f.node) for f in findings]
+    assert f"[{worker.name}]" in tail and f"[{head.name}]" in tail
+    wlog = vllmmod.host_log_path(lab, worker).read_text(errors="replace")
+    assert f"failed to connect to any network address of ({wrong}, 29501)" in wlog
+    assert "1/2 clients joined" in vllmmod.host_log_path(lab, head).read_text(errors="replace")
+    keep_rank_logs(lab, "native_wrong_master")

@@ -375,6 +375,53 @@ def write_config(lab: Lab, path: Path, art: Artifacts | None = None,
     return path
 
 
+# vLLM's native multi-node mode (cluster.backend: native, no Ray): the same model and TP=2,
+# vLLM's own multiprocessing executor; a short rendezvous timeout so a failure ends soon.
+NATIVE_ARGS = [a for a in VLLM_ARGS if a not in ("--distributed-executor-backend", "ray")]
+NATIVE_TIMEOUT_ARGS = ["--distributed-timeout-seconds", "30"]
+
+
+def native_config_dict(lab: Lab, art: Artifacts, args: list[str] | None = None,
+                       health_timeout: float = 420) -> dict:
+    """The lab's config for the native backend: no `ray:` keys, `cluster.backend: native`."""
+    d = config_dict(lab, art, health_timeout=health_timeout)
+    d["cluster"] = {**d["cluster"], "backend": "native"}
+    del d["ray"]
+    d["container"]["env"] = {k: v for k, v in d["container"]["env"].items()
+                             if not k.startswith(("RAY_", "VLLM_RAY_"))}
+    d["vllm"]["args"] = list(args if args is not None else NATIVE_ARGS)
+    return d
+
+
+def write_native_config(lab: Lab, path: Path, args: list[str] | None = None, **kw) -> Path:
+    art = artifacts_of(lab)
+    text = (f"# sparktui config of vLLM lab {lab.id}: native multi-node mode, no Ray "
+            f"(tests/lab/vllm.py)\n"
+            + yaml.safe_dump(native_config_dict(lab, art, args, **kw), sort_keys=False,
+                             default_flow_style=None, width=100))
+    path.write_text(text)
+    return path
+
+
+def operator_serve_native(lab: Lab, cfg_path: Path,
+                          master_addr: dict[str, str] | None = None) -> None:
+    """Start `vllm serve` on every node the way an operator's own launcher would: sparktui's
+    exact per-node argv (native backend), with some nodes' --master-addr changed."""
+    from sparktui.config import load
+    from sparktui.core.actions.builtin import SERVE_SCRIPT
+    from sparktui.core.actions.native import vllm_argv
+
+    cfg = load(str(cfg_path))
+    for ncfg in [cfg.head, *cfg.workers]:
+        argv = vllm_argv(cfg, ncfg)
+        wrong = (master_addr or {}).get(ncfg.name)
+        if wrong:
+            argv[argv.index("--master-addr") + 1] = wrong
+        nodemod.exec_(lab.node(ncfg.name), ["docker", "exec", "-d", ncfg.container.name,
+                                            "sh", "-c", SERVE_SCRIPT, "sh", cfg.vllm.log,
+                                            *argv])
+
+
 def artifacts_of(lab: Lab) -> Artifacts:
     data = json.loads((lab.path / "vllm.json").read_text())
     return Artifacts(Path(data["root"]))

@@ -283,3 +283,34 @@ def test_parse_reach_and_config_findings():
     three = cfg(TEXT + "  - {name: spark-3, host: 198.18.10.13, ip: 198.19.10.13}\n")
     assert ids(native_plan.config_findings(three)) == [("native-nnodes-indivisible", None)]
     assert native_plan.config_findings(cfg()) == []
+
+
+# ------------------------------------------------------------------ the console's pieces
+
+
+def test_node_pane_shows_rank_not_ray():
+    from sparktui.tui.widgets.node_pane import render_node
+
+    _, r1 = real_argvs()
+    n = node("spark-2", "198.19.10.12", r1)
+    text = render_node(n, "vllm_node", "native").plain
+    assert "rank 1/2 · vllm serve running (pid 92) · headless · master 198.19.10.11:29501" \
+        in text
+    assert "ray " not in text and "not in Ray" not in text
+    assert "VLLM_HOST_IP 198.19.10.12" in text
+    idle = render_node(node("spark-2", "198.19.10.12", None), "vllm_node", "native").plain
+    assert "rank vllm serve not running" in idle
+    ray_view = render_node(n, "vllm_node").plain  # the Ray backend's pane is unchanged
+    assert "ray    ?" in ray_view and "rank" not in ray_view
+
+
+def test_console_follows_every_rank_log_in_native_mode():
+    from sparktui.tui.live import LiveBackend
+
+    live = LiveBackend(cfg())
+    assert live.native_logs and "on every node" in live.log_label
+    followers = native.rank_log_followers(cfg(), live.monitor.transports)
+    assert [(f.node, f.path) for f in followers] == [
+        ("spark-1", "/tmp/sparktui/vllm.log"), ("spark-2", "/tmp/sparktui/vllm.log")]
+    ray = LiveBackend(cfg(TEXT.replace(", backend: native", "")))
+    assert not ray.native_logs and ray.log_label == "spark-1:/tmp/sparktui/vllm.log"

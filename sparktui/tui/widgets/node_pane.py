@@ -79,8 +79,11 @@ def spark(values: list[float], width: int) -> Content:
     return Content.assemble(("history ", MUTED), (cells.rjust(max(0, width)), "$mem-bar"))
 
 
-def render_node(node: NodeState, container_name: str | None = None) -> Content:
-    """The text part of a node pane (everything but the sparkline)."""
+def render_node(node: NodeState, container_name: str | None = None,
+                backend: str = "ray") -> Content:
+    """The text part of a node pane (everything but the sparkline). `backend` native: the
+    node's rank and its vllm serve process instead of Ray's view."""
+    native = backend == "native"
     parts: list[str | tuple[str, str] | Content] = []
     lbl = lambda s: (f"{s:<5}", MUTED)  # noqa: E731
     if node.reachable:
@@ -94,15 +97,16 @@ def render_node(node: NodeState, container_name: str | None = None) -> Content:
     ray_bad, host_bad = ip_problem(node)
     reg = node.ray.registered_ip
     parts += [lbl("ip"), ("config ", MUTED), (node.configured_ip or "—", "bold"), "\n"]
-    parts += [lbl(""), ("ray    ", MUTED)]
-    if reg:
-        parts.append((reg, MISMATCH if ray_bad else "bold"))
-        parts.append(("  ≠ MISMATCH" if ray_bad else "  ✓", MISMATCH if ray_bad else OK))
-    elif node.ray.alive is False:
-        parts.append(("not in Ray", DOWN))
-    else:
-        parts.append(("?", STALE))
-    parts.append("\n")
+    if not native:
+        parts += [lbl(""), ("ray    ", MUTED)]
+        if reg:
+            parts.append((reg, MISMATCH if ray_bad else "bold"))
+            parts.append(("  ≠ MISMATCH" if ray_bad else "  ✓", MISMATCH if ray_bad else OK))
+        elif node.ray.alive is False:
+            parts.append(("not in Ray", DOWN))
+        else:
+            parts.append(("?", STALE))
+        parts.append("\n")
     host_ip = node.env.get("VLLM_HOST_IP")
     parts += [lbl(""), ("VLLM_HOST_IP ", MUTED)]
     if host_ip:
@@ -113,15 +117,22 @@ def render_node(node: NodeState, container_name: str | None = None) -> Content:
         parts.append(("unset", STALE))
     parts.append("\n")
 
-    parts.append(lbl("ray"))
-    if node.ray.alive:
-        gpus = f" · {node.ray.gpus:g} GPU" if node.ray.gpus else ""
-        parts += [("alive", OK), (gpus, "")]
-    elif node.ray.alive is False:
-        why = f": {node.ray.death_reason}" if node.ray.death_reason else ""
-        parts.append((("dead" if reg else "absent") + why, DOWN))
+    if native:  # no Ray: the node's rank and whether its vllm serve runs
+        from sparktui.core.native import rank_summary
+
+        summary = rank_summary(node)
+        idle = summary.startswith(("vllm serve not", "unknown"))
+        parts += [lbl("rank"), (summary.removeprefix("rank "), STALE if idle else OK)]
     else:
-        parts.append(("unknown", STALE))
+        parts.append(lbl("ray"))
+        if node.ray.alive:
+            gpus = f" · {node.ray.gpus:g} GPU" if node.ray.gpus else ""
+            parts += [("alive", OK), (gpus, "")]
+        elif node.ray.alive is False:
+            why = f": {node.ray.death_reason}" if node.ray.death_reason else ""
+            parts.append((("dead" if reg else "absent") + why, DOWN))
+        else:
+            parts.append(("unknown", STALE))
     parts.append("\n")
 
     containers = node.containers
@@ -166,11 +177,13 @@ class NodePane(Vertical):
         super().__init__(id=f"node-{node.name}", classes="node-pane")
         self.node_name = node.name
         self.container_name = container_name
+        self.backend = "ray"  # the snapshot's: the screen sets it before update_state
         self._node = node
         self._history: list[float] = []
 
     def compose(self) -> ComposeResult:
-        yield Static(render_node(self._node, self.container_name), classes="node-body",
+        yield Static(render_node(self._node, self.container_name, self.backend),
+                     classes="node-body",
                      markup=False)
         yield Static("", classes="node-history", markup=False)
 
@@ -187,7 +200,8 @@ class NodePane(Vertical):
         self.set_class(node.reachable and not (ray_bad or host_bad), "-ok")
         if not self.is_mounted:
             return
-        self.query_one(".node-body", Static).update(render_node(node, self.container_name))
+        self.query_one(".node-body", Static).update(
+            render_node(node, self.container_name, self.backend))
         self._history = list(history)
         self._draw_history()
 
