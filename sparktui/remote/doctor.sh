@@ -37,7 +37,8 @@ fi
 echo "@@container_image"
 docker inspect -f '{{.Image}}' "$C" 2>/dev/null
 echo "@@image"
-[ -n "$2" ] && docker image inspect -f '{{.Id}} {{join .RepoDigests ","}}' "$2" 2>/dev/null
+# range, not join: docker 26+ decodes RepoDigests as []interface{}, which join refuses
+[ -n "$2" ] && docker image inspect -f '{{.Id}} {{range .RepoDigests}}{{.}},{{end}}' "$2" 2>/dev/null
 echo "@@model"
 if [ -n "$3" ]; then
   if docker exec "$C" test -e "$3" 2>/dev/null; then echo container
