@@ -489,3 +489,45 @@ def test_matrix_json_and_text() -> None:
     line = next(ln for ln in text.splitlines() if ln.startswith("peer-unreachable"))
     assert line.split() == ["peer-unreachable", "ok", "FAIL", "spark-2"]
     assert "✗" in render_matrix(m)
+
+
+# --- restart keeps per-node values out of vLLM's copy -----------------------------------
+
+def test_restart_writes_non_carry_over_file_only_when_values_differ() -> None:
+    from sparktui.core.actions.builtin import non_carry_over_names, restart_plan
+
+    same = cfg()
+    assert non_carry_over_names(same) == []
+    assert all("NCCL" not in s.name for s in restart_plan(same).stages)
+    differ = cfg(CFG.replace(
+        "  - {name: spark-2, host: 198.18.11.12, ip: 198.19.11.12}\n",
+        "  - {name: spark-2, host: 198.18.11.12, ip: 198.19.11.12,\n"
+        "     container: {env: {NCCL_SOCKET_IFNAME: enp1s0, UCX_NET_DEVICES: mlx5_1:1}}}\n"))
+    assert non_carry_over_names(differ) == ["NCCL_SOCKET_IFNAME", "UCX_NET_DEVICES"]
+    plan = restart_plan(differ)
+    titles = [s.name for s in plan.stages]
+    i = titles.index("keep per-node NCCL/UCX/GLOO values")
+    assert titles.index("start the Ray head") < i < titles.index("wait for the Ray cluster")
+    steps = plan.stages[i].steps
+    assert [s.node for s in steps] == ["spark-1", "spark-2"]
+    argv = steps[0].commands[0].argv
+    assert argv[:5] == ("docker", "exec", "ray-sl11", "python3", "-c")
+    assert argv[-2:] == ("NCCL_SOCKET_IFNAME", "UCX_NET_DEVICES")
+    assert steps[0].commands[0].mutating
+
+
+def test_non_carry_over_program_merges(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from sparktui.remote import script
+
+    root = tmp_path / "vllm"
+    root.mkdir()
+    (root / "ray_non_carry_over_env_vars.json").write_text('["NCCL_IB_HCA"]')
+    env = {"VLLM_CONFIG_ROOT": str(root), "PATH": "/usr/bin:/bin"}
+    cp = subprocess.run([sys.executable, "-c", script("non_carry_over.py"), "NCCL_SOCKET_IFNAME"],
+                        capture_output=True, text=True, env=env, check=True)
+    assert json.loads((root / "ray_non_carry_over_env_vars.json").read_text()) == [
+        "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"]
+    assert cp.stdout.startswith(str(root / "ray_non_carry_over_env_vars.json"))

@@ -134,6 +134,17 @@ def ray_ready_verdict(cfg: Config, result: Result) -> Verdict:
     return "ok", have
 
 
+def non_carry_over_names(cfg: Config) -> list[str]:
+    """The NCCL_/UCX_/GLOO_ variables whose configured values differ between nodes: vLLM's
+    Ray executor would copy the head's onto every worker unless they are listed in
+    ray_non_carry_over_env_vars.json (doctor's nccl-env-overwritten)."""
+    from sparktui.core.actions.fabric import differing_env
+
+    if len(cfg.nodes) < 2:
+        return []
+    return differing_env(cfg, {n.name: dict(n.container.env) for n in cfg.nodes})
+
+
 def restart_plan(cfg: Config) -> Plan:
     head = cfg.head
     stages = [_teardown_stage(cfg)]
@@ -154,6 +165,16 @@ def restart_plan(cfg: Config) -> Plan:
             (Command(tuple(docker_run_argv(cfg, w)), mutating=True, timeout=RUN_TIMEOUT,
                      description="docker run -d: ray start --address"),))
             for w in cfg.workers)))
+    keep = non_carry_over_names(cfg)
+    if keep:
+        stages.append(Stage("keep per-node NCCL/UCX/GLOO values", tuple(Step(
+            n.name, f"write {', '.join(keep)} to ray_non_carry_over_env_vars.json in "
+                    f"{n.container.name}",
+            (Command(("docker", "exec", n.container.name, "python3", "-c",
+                      script("non_carry_over.py"), *keep), mutating=True, timeout=30,
+                     description="$VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json: vLLM "
+                                 "does not copy the head's values of these to the workers"),))
+            for n in cfg.nodes)))
     if cfg.workers:
         # Cheap (docker logs) and CPU-light: the expensive Ray table below runs Python in
         # the head container, which on a small box competes with the raylets starting.
