@@ -21,7 +21,13 @@ from collections import deque
 from dataclasses import dataclass
 
 from sparktui.core.model import ClusterSnapshot, Finding, VllmStatus
-from sparktui.core.phases import LABELS, LOADING_PHASES, Timeline, format_seconds
+from sparktui.core.phases import (
+    LABELS,
+    LOADING_PHASES,
+    Timeline,
+    format_seconds,
+    merge_timelines,
+)
 from sparktui.core.probes.vllm_metrics import Histogram
 
 WINDOW_S = 60.0  # latency and token rates are over the last minute
@@ -45,6 +51,7 @@ class Lifecycle:
     # ------------------------------------------------------------------ feeding
 
     def feed_timeline(self, tl: Timeline, now: float, log_mtime: float | None = None) -> None:
+        tl = merge_timelines(self.timeline, tl)
         self.timeline = tl
         self.log_mtime = log_mtime
         for key, rank in tl.ranks.items():

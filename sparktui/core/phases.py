@@ -294,3 +294,23 @@ def parse_log_tail(stdout: str, *, year: int | None = None) -> tuple[Timeline | 
     if year is None and mtime is not None:
         year = time.gmtime(mtime).tm_year
     return parse_phases(lines, year=year), mtime
+
+
+def merge_timelines(old: Timeline | None, new: Timeline) -> Timeline:
+    """`new` (read from a later tail of the same log), kept from going back: a tail that no
+    longer reaches the lines of the phase already seen (and holds no new serve marker)
+    keeps the phases seen before; its ranks' bars are still its own."""
+    if old is None or old.phase is None or new.marker_line is not None:
+        return new
+    order = {p: i for i, p in enumerate(PHASES)}
+    if new.phase is not None and order[new.phase] >= order[old.phase]:
+        if new.phases and new.phases[0][0] != old.phases[0][0]:
+            seen = {p for p, _l, _t in new.phases}
+            new.phases = [e for e in old.phases if e[0] not in seen
+                          and order[e[0]] < order[new.phases[0][0]]] + new.phases
+        return new
+    new.phases = list(old.phases)
+    new.model_gib = new.model_gib if new.model_gib is not None else old.model_gib
+    new.kv_cache_tokens = (new.kv_cache_tokens if new.kv_cache_tokens is not None
+                           else old.kv_cache_tokens)
+    return new

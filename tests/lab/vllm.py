@@ -52,6 +52,7 @@ SERVED_NAME = "tiny"
 PORT = 8000
 CACHE_IN_CONTAINER = "/tmp/vllm-cache"
 # the placement-group wait of the seed-failure runs (vLLM's default is 1800 s)
+LOAD_DELAY_ENV = "SPARKLAB_LOAD_DELAY"  # seconds added per weight tensor loaded (the hook)
 PG_WAIT_ENV = "SPARKLAB_VLLM_PG_WAIT_TIMEOUT"
 
 Log = Callable[[str], None]
@@ -75,6 +76,9 @@ HOOK = '''\
 - vllm.distributed.device_communicators.cpu_communicator: the CPU SHM group name gets the
   host name, so vLLM's own check sees ranks on different hosts and falls back to
   torch.distributed (Gloo) instead of opening another host's /dev/shm.
+- vllm.model_executor.model_loader.weight_utils: with $SPARKLAB_LOAD_DELAY (seconds) set,
+  the safetensors loader waits that long before handing over each weight tensor, so the
+  tiny model's weight loading (its progress bar, shard by shard) lasts long enough to watch.
 """
 
 import importlib.abc
@@ -104,8 +108,25 @@ def _cpu_communicator(mod):
     cls.make_group_name = staticmethod(make_group_name)
 
 
+def _weight_utils(mod):
+    delay = float(os.environ.get("SPARKLAB_LOAD_DELAY") or 0)
+    if delay <= 0:
+        return
+    import time
+
+    original = mod.safetensors_weights_iterator
+
+    def safetensors_weights_iterator(*args, **kwargs):
+        for item in original(*args, **kwargs):
+            time.sleep(delay)
+            yield item
+
+    mod.safetensors_weights_iterator = safetensors_weights_iterator
+
+
 PATCHES = {
     "vllm.platforms.cpu": _cpu_platform,
+    "vllm.model_executor.model_loader.weight_utils": _weight_utils,
     "vllm.v1.executor.ray_utils": _ray_utils,
     "vllm.distributed.device_communicators.cpu_communicator": _cpu_communicator,
 }

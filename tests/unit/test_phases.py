@@ -104,3 +104,37 @@ def test_failed_startups_stop_in_their_phase() -> None:
     tl = parse_phases(_lines(FIX / "vllm_ray_ip_mismatch.log"), year=2026)
     assert tl.phase == "distributed-init"
     assert parse_phases(_lines(FIX / "vllm_port_in_use.log"), year=2026).phase == "starting"
+
+
+def test_a_later_tail_that_lost_the_phase_lines_does_not_go_back() -> None:
+    from sparktui.core.phases import merge_timelines
+
+    lines = _lines(FIX / "lab" / "serve_tp2_healthy.vllm.log")
+    old = parse_phases(lines[:60], year=2026)
+    assert old.phase == "compiling"
+    window = parse_phases(lines[40:50], year=2026, start_line=41)  # no marker, an older phase
+    assert window.phase == "loading-weights"
+    merged = merge_timelines(old, window)
+    assert merged.phase == "compiling" and merged.phases == old.phases
+    # a new serve marker in the tail always wins
+    again = parse_phases(lines[:12], year=2026)
+    assert merge_timelines(old, again).phase == "starting"
+
+
+def test_lab_eight_shards_every_bar_update_and_order() -> None:
+    lines = _lines(FIX / "phases" / "lab_tp2_8_shards.vllm.log")
+    tl = parse_phases(lines, year=2026)
+    assert [p for p, _l, _t in tl.phases] == list(PHASES)
+    seen = []
+    for i in range(len(lines)):
+        if "checkpoint shards" in lines[i]:
+            t = parse_phases(lines[:i + 1], year=2026)
+            p = t.progress
+            assert t.phase == "loading-weights" and p is not None
+            seen.append(p.done)
+            if 0 < p.done < 8:
+                assert t.eta_s is not None and t.eta_s > 0
+    assert seen[:9] == list(range(9))
+    # serve printed the same figures while it waited
+    stderr = (FIX / "phases" / "lab_tp2_8_shards.serve.stderr").read_text()
+    assert "phase: loading weights 50% (4/8, ETA 0:06)" in stderr

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import posixpath
 from functools import partial
+from typing import Literal
 
 from sparktui.config import Config, NodeConfig
 from sparktui.core.actions.plan import Plan, PlanError, Stage, Step, Verdict
 from sparktui.core.command import Command, Result, cmd, sh
+from sparktui.core.phases import Timeline, merge_timelines, parse_phases
 from sparktui.remote import script
 
 # Bounded waits (seconds). TESTBED: a 2-node Ray cluster is alive in 5-12 s on a slow box.
@@ -213,23 +215,39 @@ def _has_flag(args: list[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
-def serve_wait_verdict(result: Result) -> Verdict:
+class ServeWait:
     """The /health wait's verdict (exit 0 ready, 1 not yet, else failed), its message led by
     the start-up phase read from the log tail health.sh appends (core/phases.py): serve
-    prints each phase as it passes, and a timeout or a death says where start-up stopped."""
-    from dataclasses import replace
+    prints each phase as it passes, and a timeout or a death says where start-up stopped.
+    One per plan: it remembers the phase seen, so a tail that no longer reaches the phase's
+    first lines does not go back."""
 
-    from sparktui.core.actions.plan import exit_verdict
-    from sparktui.core.phases import parse_phases
+    def __init__(self) -> None:
+        self.timeline: Timeline | None = None
 
-    own, sep, log = result.stdout.partition(LOG_SEPARATOR)
-    verdict, msg = exit_verdict(replace(result, stdout=own))
-    if not sep or verdict == "ok":
-        return verdict, msg
-    lines = log.split("\n")[1:]  # the tail starts inside a line
-    tl = parse_phases(lines)
-    if tl.phase is None:
-        return verdict, msg
+    def __call__(self, result: Result) -> Verdict:
+        from dataclasses import replace
+
+        from sparktui.core.actions.plan import exit_verdict
+
+        own, sep, log = result.stdout.partition(LOG_SEPARATOR)
+        verdict, msg = exit_verdict(replace(result, stdout=own))
+        if not sep or verdict == "ok":
+            return verdict, msg
+        lines = log.split("\n")[1:]  # the tail starts inside a line
+        self.timeline = tl = merge_timelines(self.timeline, parse_phases(lines))
+        if tl.phase is None:
+            return verdict, msg
+        return _phase_message(verdict, msg, own, tl)
+
+
+def serve_wait_verdict(result: Result) -> Verdict:
+    """ServeWait for one result alone (no memory of earlier polls)."""
+    return ServeWait()(result)
+
+
+def _phase_message(verdict: Literal["ok", "pending", "failed"], msg: str, own: str,
+                   tl: Timeline) -> Verdict:
     status = own.strip().splitlines()[-1] if own.strip() else ""
     if verdict == "pending":
         return verdict, f"phase: {tl.describe()}" + (f" ({status})" if status else "")
@@ -252,6 +270,6 @@ def serve_plan(cfg: Config) -> Plan:
             head.name, f"wait for vLLM's /health on port {cfg.vllm.port}",
             (sh(HEALTH_SCRIPT, script("http_get.py"), str(cfg.vllm.port), c, cfg.vllm.log,
                 timeout=20),),
-            kind="wait", verdict=serve_wait_verdict, timeout=cfg.vllm.health_timeout, interval=2.0, grace=2.0,
+            kind="wait", verdict=ServeWait(), timeout=cfg.vllm.health_timeout, interval=2.0, grace=2.0,
             until=f"HTTP 200 from http://127.0.0.1:{cfg.vllm.port}/health on {head.name}"),)),
     ], preflight=True, title=f"Serve {cfg.vllm.model} on {head.name}")
