@@ -318,3 +318,29 @@ def test_rdma_stand_in_without_and_with_the_devices(dlab: Lab) -> None:
     finally:
         rdma.remove(dlab, "spark-2")
         raymod.start_node(dlab, dlab.node("spark-2"))
+
+
+def test_restart_writes_non_carry_over_when_per_node_values_differ(dlab: Lab,
+                                                                   tmp_path: Path) -> None:
+    """The remedy done by sparktui itself: a config giving the worker its own
+    NCCL_SOCKET_IFNAME; `restart` writes the name to ray_non_carry_over_env_vars.json in
+    the containers, and doctor then has nothing to say about it."""
+    d = yaml.safe_load(dlab.doctor_cfg.read_text())
+    d["nodes"][1]["container"] = {"env": {"NCCL_SOCKET_IFNAME": "enp1s0"}}
+    cfg = tmp_path / "per-node.yaml"
+    cfg.write_text(yaml.safe_dump(d))
+    cp = subprocess.run([sys.executable, "-m", "sparktui", "restart", "--yes", "-c", str(cfg)],
+                        capture_output=True, text=True, timeout=400)
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    assert "keep per-node NCCL/UCX/GLOO values" in cp.stderr or \
+        "ray_non_carry_over_env_vars.json" in cp.stderr
+    for n in ("spark-1", "spark-2"):
+        text = dlab.docker(n, "exec", dlab.container, "cat",
+                           "/root/.config/vllm/ray_non_carry_over_env_vars.json").stdout
+        assert json.loads(text) == ["NCCL_SOCKET_IFNAME"]
+    report, _ = _doctor(cfg)
+    assert _of(report, "nccl-env-overwritten") == []
+    assert _row(report, "nccl-env-overwritten")["cells"]["spark-2"]["status"] == "ok"
+    env = dlab.docker("spark-2", "exec", dlab.container, "sh", "-c",
+                      "echo $NCCL_SOCKET_IFNAME").stdout.strip()
+    assert env == "enp1s0"  # the fault is there; only vLLM's copy is kept off it
