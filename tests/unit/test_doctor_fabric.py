@@ -531,3 +531,27 @@ def test_non_carry_over_program_merges(tmp_path: Path) -> None:
     assert json.loads((root / "ray_non_carry_over_env_vars.json").read_text()) == [
         "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"]
     assert cp.stdout.startswith(str(root / "ray_non_carry_over_env_vars.json"))
+
+
+def test_serve_preflight_refuses_naming_every_error(monkeypatch) -> None:
+    import asyncio
+
+    from sparktui.core import actions
+    from sparktui.core.actions.doctor import DoctorReport
+    from sparktui.core.model import Finding
+
+    found = [Finding("shm-small", "error", "spark-2", "/dev/shm in container c on spark-2 is "
+                     "64 MiB (IpcMode private)"),
+             Finding("mtu-mismatch", "error", "spark-2", "enp1s0f0np0 on spark-2 has MTU 1500"),
+             Finding("clock-skew", "warning", "spark-2", "skew")]
+
+    async def fake(cfg, transports):
+        return DoctorReport(found)
+
+    monkeypatch.setattr(actions, "run_doctor", fake)
+    findings, stop = asyncio.run(actions.preflight("serve", cfg(), {}, None))
+    assert stop is not None and stop.state == "aborted" and findings == found
+    assert stop.message.startswith("preflight found 2 problem(s): shm-small (spark-2), "
+                                   "mtu-mismatch (spark-2); first: /dev/shm in container")
+    _, stop = asyncio.run(actions.preflight("serve", cfg(), {}, None, force=True))
+    assert stop is None

@@ -211,7 +211,9 @@ async def preflight(name: str, cfg: Config, transports: dict[str, Transport],
     findings = (await run_doctor(cfg, transports)).findings
     blocking = [f for f in findings if f.severity == "error" or f.id in SERVE_BLOCKERS]
     if blocking and not force:
-        msg = f"preflight found {len(blocking)} problem(s), first: {blocking[0].message}"
+        named = ", ".join(f"{f.id} ({f.node})" if f.node else f.id for f in blocking)
+        msg = (f"preflight found {len(blocking)} problem(s): {named}; first: "
+               f"{blocking[0].message}")
         await _notify(on_event, ActionEvent(name, -1, "preflight", -1, "cluster", what,
                                             "failed", msg))
         return findings, ActionResult(name, False, "aborted", msg, findings=findings)
