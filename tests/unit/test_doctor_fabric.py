@@ -555,3 +555,13 @@ def test_serve_preflight_refuses_naming_every_error(monkeypatch) -> None:
                                    "mtu-mismatch (spark-2); first: /dev/shm in container")
     _, stop = asyncio.run(actions.preflight("serve", cfg(), {}, None, force=True))
     assert stop is None
+
+
+def test_readme_lists_every_check_with_what_it_reads() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## `sparktui doctor`: the fabric", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip().strip("`"): line for line in section.splitlines()
+            if line.startswith("| `")}
+    assert sorted(rows) == sorted(CHECK_IDS)
+    for check, line in rows.items():
+        assert len([c for c in line.split("|") if c.strip()]) == 4, check
