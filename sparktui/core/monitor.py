@@ -59,6 +59,8 @@ class Monitor:
         self._last_tokens: tuple[float, float] | None = None
         self.lifecycle = Lifecycle(cfg.vllm.stall_seconds)  # phases, stalls, latency
         self.probe_timeout = 60.0  # the probe command has its own, shorter timeout
+        # the configured backend, else the last one seen on the nodes (native: Ray not asked)
+        self._backend_seen: str = cfg.backend
 
     # ------------------------------------------------------------------ one node
 
@@ -136,7 +138,7 @@ class Monitor:
         finish), and return the snapshot of what is known now."""
         if with_ray is None:
             with_ray = self.tick % RAY_EVERY == 0
-        if self.cfg.backend_configured and self.cfg.backend == "native":
+        if self._backend_seen == "native":
             with_ray = False  # no Ray in this mode: its table is never asked for
         self.tick += 1
         for name in self.states:
@@ -219,7 +221,7 @@ class Monitor:
             return
         seen, why = native.detect_backend(
             snap, {n.name: n.container.name for n in self.cfg.nodes})
-        snap.backend = seen
+        snap.backend = self._backend_seen = seen
         snap.backend_note = f"cluster.backend not set; {seen} seen: {why}"
 
     async def watch(self, interval: float | None = None,
