@@ -156,7 +156,8 @@ async def test_hostile_bytes_are_shown_literally_and_inert(tmp_path):
         assert "[bold red]x[/]" in "".join(s.text for s in view._strip(by_name["markup"]))
 
         view.scroll_end(animate=False)
-        await pilot.wait_for_scheduled_animations()  # the screen updated after the scroll
+        await until(pilot, lambda: any("[bold red]x[/]" in t for t in terminal_output(app)[0]),
+                    5, "the screen updated after the scroll (the markup line in view)")
         texts, raw = terminal_output(app)
         assert any("[bold red]x[/]" in t for t in texts)  # on screen, literally
         assert not [t for t in texts if CONTROL.search(t)]
