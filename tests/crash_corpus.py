@@ -1,7 +1,7 @@
 """The labelled crash corpus: real logs from public threads, split once by a fixed hash.
 
 `tests/fixtures/crashlogs_dev.yaml` (41 cases) is what the knowledge base was first written
-from: always `train`. `tests/fixtures/crashlogs/public_*.yaml` are the cases collected
+from: always `train`. `tests/fixtures/crashlogs/public*.yaml` are the cases collected
 later; each goes to `train` or `heldout` by the SHA-256 of its thread URL (35 % held out),
 decided before any pattern was written from them and never changed. Patterns are written
 from `train` only; `heldout` is the honest estimate of how sparktui does on the next
@@ -63,7 +63,7 @@ def cases() -> list[Case]:
     for c in dev:
         out.append(Case(c["id"], c["category"], c["url"], c["log"], "train", "dev", c))
         seen.add((c["url"], c["log"].strip()))
-    for path in sorted(PUBLIC.glob("public_*.yaml")):
+    for path in sorted(PUBLIC.glob("public*.yaml")):
         for c in _load(path):
             missing = [k for k in REQUIRED if not c.get(k)]
             if missing:

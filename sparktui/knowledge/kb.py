@@ -293,7 +293,8 @@ def _fields(template: str) -> list[str]:
 
 
 def render_template(template: str, captures: Mapping[str, str]) -> str:
-    def fill(text: str) -> str | None:
+    """The template with captures filled in once (a captured `{}` stays literal)."""
+    def fill(text: str, missing: str | None) -> str | None:
         out = []
         for literal, name, _spec, _conv in string.Formatter().parse(text):
             out.append(literal)
@@ -301,18 +302,27 @@ def render_template(template: str, captures: Mapping[str, str]) -> str:
                 continue
             value = captures.get(name)
             if value in (None, ""):
-                return None
+                if missing is None:
+                    return None
+                value = missing
             out.append(str(value))
         return "".join(out)
 
-    def optional(m: re.Match[str]) -> str:
-        return fill(m.group(1)) or ""
-
-    text = _OPTIONAL.sub(optional, template)
-    filled = fill(text)
-    if filled is None:  # a mandatory capture is missing: fall back to "?"
-        filled = fill_missing(text, captures)
-    return filled
+    parts: list[str] = []
+    mandatory: list[str] = []   # template pieces outside [[...]], filled at the end
+    pos = 0
+    for m in _OPTIONAL.finditer(template):
+        mandatory.append(template[pos:m.start()])
+        parts.append(fill(m.group(1), None) or "")
+        pos = m.end()
+    mandatory.append(template[pos:])
+    filled = [fill(t, None) for t in mandatory]
+    if any(f is None for f in filled):   # a mandatory capture is missing: "?" in its place
+        filled = [fill(t, "?") for t in mandatory]
+    out = [filled[0] or ""]
+    for opt, rest in zip(parts, filled[1:]):
+        out += [opt, rest or ""]
+    return "".join(out)
 
 
 def fill_missing(text: str, captures: Mapping[str, str]) -> str:
