@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sparktui.core.actions import refusal
 from sparktui.core.actions.executor import StepState
@@ -80,6 +80,7 @@ class ActionOutcome:
     ok: bool
     summary: str
     findings: list[Finding] = field(default_factory=list)
+    matrix: dict[str, Any] | None = None  # doctor's checks x nodes
 
 
 Emit = Callable[[Progress], None]

@@ -120,7 +120,8 @@ class LiveBackend(Backend):
                           ev.message or ev.output))
 
         result = await run_action(action, self.cfg, self.monitor.transports, on_event)
-        return ActionOutcome(result.ok, result.message or result.state, list(result.findings))
+        return ActionOutcome(result.ok, result.message or result.state, list(result.findings),
+                             matrix=result.matrix)
 
     async def close(self) -> None:
         if self._follower is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from textual.message import Message
 
@@ -41,3 +42,4 @@ class ActionFinished(Message):
     ok: bool
     summary: str
     findings: list[Finding] = field(default_factory=list)
+    matrix: dict[str, Any] | None = None  # doctor's checks x nodes

@@ -178,7 +178,8 @@ async def _doctor(cfg: Config, transports: dict[str, Transport], start: float) -
     errors = report.errors
     return ActionResult("doctor", not errors, "failed" if errors else "ok",
                         f"{len(errors)} error(s), {len(report.findings)} finding(s)",
-                        findings=report.findings, duration=time.monotonic() - start)
+                        findings=report.findings, duration=time.monotonic() - start,
+                        matrix=report.matrix)
 
 
 async def _locked(plan: Plan, executor: Executor, cfg: Config,

@@ -95,6 +95,7 @@ class ActionResult:
     duration: float = 0.0
     failed_step: StepResult | None = None
     log_tail: str = ""  # serve: the end of this run's vLLM log, when it failed
+    matrix: dict[str, Any] | None = None  # doctor: checks x nodes (core/actions/fabric.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {"action": self.action, "ok": self.ok, "state": self.state,

@@ -35,6 +35,7 @@ from sparktui.tui import actions as registry
 from sparktui.tui.backend import Backend, PlanView, Progress
 from sparktui.tui.messages import ActionFinished, ActionProgress, LogBatch, SnapshotUpdated
 from sparktui.tui.screens.confirm import ConfirmScreen
+from sparktui.tui.screens.doctor import DoctorScreen
 from sparktui.tui.screens.help import HelpScreen
 from sparktui.tui.screens.progress import ProgressScreen
 from sparktui.tui.widgets.findings import FindingDetail, FindingsList, finding_key
@@ -322,7 +323,7 @@ class MainScreen(Screen[None]):
 
         outcome = await self.backend.execute(action, emit)
         self.post_message(ActionFinished(action, outcome.ok, outcome.summary,
-                                         list(outcome.findings)))
+                                         list(outcome.findings), outcome.matrix))
 
     def on_action_progress(self, message: ActionProgress) -> None:
         if self._progress is not None:
@@ -336,6 +337,10 @@ class MainScreen(Screen[None]):
         if message.action == "doctor":
             self.doctor_findings = list(message.findings)
             self._show_findings()
+            if message.matrix:  # the matrix replaces the finished progress
+                if self._progress is not None and self.app.screen is self._progress:
+                    self._progress.dismiss()
+                self.app.push_screen(DoctorScreen(message.matrix, list(message.findings)))
         self.notify(f"{message.action}: {message.summary}",
                     severity="information" if message.ok else "error", timeout=10)
         if self._poll_enabled and self._poll_timer is not None:  # refresh soon after
