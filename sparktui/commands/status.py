@@ -7,6 +7,8 @@ import sys
 from typing import TYPE_CHECKING
 
 from sparktui.commands.common import load_config, print_json
+from sparktui.core.checks import IFNAME_VARS
+from sparktui.core.model import ip_mismatch
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -69,12 +71,12 @@ def render(snapshot: ClusterSnapshot, console: Console) -> None:
         rip = n.ray.registered_ip or "-"
         if native_mode:
             pass
-        elif n.ray.registered_ip and n.configured_ip and n.ray.registered_ip != n.configured_ip:
+        elif ip_mismatch(n.configured_ip, n.ray.registered_ip, None)[0]:
             ips.append(f"{rip} ≠ MISMATCH", style="bold red")
         else:
             ips.append(rip)
         line("ip", ips)
-        shown = {k: v for k, v in n.env.items() if k == "VLLM_HOST_IP" or k.endswith("IFNAME")}
+        shown = {k: v for k, v in n.env.items() if k == "VLLM_HOST_IP" or k in IFNAME_VARS}
         line("env", "  ".join(f"{k}={v}" for k, v in sorted(shown.items())) or "-")
         alive = {True: ("alive", "green"), False: ("dead or absent", "red"),
                  None: ("unknown", "")}[n.ray.alive]

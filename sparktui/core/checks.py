@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from sparktui.config import Config
-from sparktui.core.model import ClusterSnapshot, Finding, NodeState, RayNode, sort_findings
+from sparktui.core.model import (
+    ClusterSnapshot,
+    Finding,
+    NodeState,
+    RayNode,
+    ip_mismatch,
+    sort_findings,
+)
 
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 
@@ -101,7 +108,9 @@ def check(snapshot: ClusterSnapshot, cfg: Config) -> list[Finding]:
                 fix=f"Its raylet is gone. Check the container on {node.name} "
                     f"(docker logs {cname}), then sparktui restart.",
             ))
-        if node.configured_ip and entry.ip != node.configured_ip:
+        ray_differs, host_differs = ip_mismatch(node.configured_ip, entry.ip,
+                                                node.env.get("VLLM_HOST_IP"))
+        if ray_differs:
             out.append(Finding(
                 "ray-ip-mismatch", "error", node.name,
                 f"Ray registered {node.name} under {_ip_label(node, entry.ip)}, not its "
@@ -111,7 +120,7 @@ def check(snapshot: ClusterSnapshot, cfg: Config) -> list[Finding]:
                 captures={"registered_ip": entry.ip, "configured_ip": node.configured_ip},
             ))
         host_ip = node.env.get("VLLM_HOST_IP")
-        if host_ip and entry.alive and host_ip != entry.ip:
+        if host_ip and entry.alive and host_differs:
             owner = snapshot.node_by_ip(host_ip)
             where = f" (an address of {owner.name})" if owner and owner.name != node.name else ""
             out.append(Finding(

@@ -201,6 +201,18 @@ class ClusterSnapshot:
         return None
 
 
+def ip_mismatch(configured: str | None, registered: str | None,
+                host_ip: str | None) -> tuple[bool, bool]:
+    """The one rule for "the IPs disagree", used by the checks, the node pane and `status`.
+
+    (Ray registered the node under an IP other than its configured one, VLLM_HOST_IP
+    differs from the IP Ray knows the node by, or from the configured one before Ray knows).
+    """
+    ray_differs = bool(registered and configured and registered != configured)
+    want = registered or configured
+    return ray_differs, bool(host_ip and want and host_ip != want)
+
+
 def sort_findings(findings: list[Finding]) -> list[Finding]:
     """Errors first, then warnings, then info; stable otherwise."""
     return sorted(findings, key=lambda f: SEVERITY_RANK.get(f.severity, 9))
