@@ -14,6 +14,7 @@ from typing import TextIO
 
 from sparktui.commands.common import print_json
 from sparktui.core.model import Finding
+from sparktui.core.safe_text import escape
 from sparktui.knowledge.kb import KnowledgeBaseError, load_builtin, load_for_config
 from sparktui.knowledge.matcher import Matcher
 from sparktui.knowledge.triage import diagnose_stream
@@ -92,21 +93,7 @@ def finding_json(f: Finding) -> dict:
     return d
 
 
-def plain(text: str | None) -> str:
-    """Log text made safe for a terminal: control characters escaped, never interpreted."""
-    if not text:
-        return ""
-    out = []
-    for ch in text:
-        o = ord(ch)
-        if ch == "\t":
-            out.append("    ")
-        elif (o < 32 or o == 127 or 0x80 <= o < 0xA0 or 0x202A <= o <= 0x202E
-              or 0x2066 <= o <= 0x2069 or ch in "\u2028\u2029\u200e\u200f"):
-            out.append(f"\\x{o:02x}" if o < 256 else f"\\u{o:04x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+plain = escape   # log text in a report: control characters escaped, never interpreted
 
 
 def print_human(findings: list[Finding], out: TextIO, source: str) -> None:

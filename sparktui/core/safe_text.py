@@ -20,7 +20,7 @@ ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\
 # C0 (but tab and newline), DEL, C1 (U+0080..U+009F are 8-bit CSI/OSC/DCS to terminals),
 # and the bidi embeddings/overrides/isolates that reorder what is shown
 CONTROL_RE = re.compile("[\u0000-\u0008\u000b-\u001f\u007f-\u009f"
-                        "\u202a-\u202e\u2066-\u2069]")
+                        "\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 T = TypeVar("T")
 
@@ -37,6 +37,22 @@ def clean_text(text: str) -> str:
     if "\x1b" in text:
         text = ANSI_RE.sub("", text)
     return CONTROL_RE.sub("\ufffd", text.replace("\r\n", "\n"))
+
+
+def escape(text: str | None) -> str:
+    """Text shown literally, for a report: tabs as spaces, every control character (and
+    newline) written as its `\\xNN` / `\\uNNNN` escape, never interpreted."""
+    if not text:
+        return ""
+    text = text.replace("\t", "    ")
+
+    def one(m: re.Match[str]) -> str:
+        o = ord(m.group())
+        return f"\\x{o:02x}" if o < 256 else f"\\u{o:04x}"
+    return _ESCAPED_RE.sub(one, text)
+
+
+_ESCAPED_RE = re.compile(CONTROL_RE.pattern[:-1] + "\n\t]")
 
 
 def sanitize(obj: T) -> T:
