@@ -313,4 +313,42 @@ def test_console_follows_every_rank_log_in_native_mode():
     assert [(f.node, f.path) for f in followers] == [
         ("spark-1", "/tmp/sparktui/vllm.log"), ("spark-2", "/tmp/sparktui/vllm.log")]
     ray = LiveBackend(cfg(TEXT.replace(", backend: native", "")))
-    assert not ray.native_logs and ray.log_label == "spark-1:/tmp/sparktui/vllm.log"
+    assert not ray.native_logs and "one rank each" not in ray.log_label
+
+
+# ------------------------------------------------------------------ doctor, on real processes
+
+
+async def test_doctor_reach_runs_the_real_script_locally():
+    """native_reach.sh and reach.py run by a local transport (this machine as the worker):
+    a port that answers, a closed port (refused: the path works), and the route's source."""
+    import socket
+
+    from sparktui.core.transport import LocalTransport
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+    text = TEXT.replace("198.19.10.11", "127.0.0.1").replace("198.19.10.12", "127.0.0.2")
+    c = cfg(text.replace("vllm: {", f"vllm: {{master_port: {port}, "))
+    worker = node("spark-2", "127.0.0.2", None)
+    s = snap([node("spark-1", "127.0.0.1", None), worker])
+    t = {"spark-2": LocalTransport("spark-2")}
+    try:
+        r = await t["spark-2"].run(native_plan.reach_command(c, c.workers[0]))
+        assert native_plan.parse_reach(r.stdout)[2] == "open", r.stdout + r.stderr
+        found = await native_plan.doctor_findings(c, s, t, {"spark-1": {port}})
+        # the port is "busy" on the head with no vllm serve there; the route to 127.0.0.1
+        # leaves from 127.0.0.1, not the worker's configured 127.0.0.2
+        assert ids(found) == [("port-busy", "spark-1"),
+                              ("native-route-not-interconnect", "spark-2")]
+        assert f"port {port} (vLLM's --master-port" in found[0].message
+        srv.close()
+        r = await t["spark-2"].run(native_plan.reach_command(c, c.workers[0]))
+        assert native_plan.parse_reach(r.stdout)[2] == "refused"
+        found = await native_plan.doctor_findings(c, s, t, {})
+        assert ids(found) == [("native-route-not-interconnect", "spark-2")]
+    finally:
+        srv.close()
+        await t["spark-2"].close()
