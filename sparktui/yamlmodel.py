@@ -95,7 +95,7 @@ def _walk(node: yaml.Node, path: Path, lines: Lines, file: str,
                 raise YamlError(file, k.start_mark.line + 1,
                                 f"{describe(path) or 'config'}: duplicate key '{k.value}'")
             seen.add(k.value)
-            lines.keys[(*path, k.value)] = k.start_mark.line + 1
+            lines.keys[path + (k.value,)] = k.start_mark.line + 1
             _walk(v, (*path, k.value), lines, file, describe)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):

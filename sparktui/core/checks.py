@@ -117,7 +117,7 @@ def check(snapshot: ClusterSnapshot, cfg: Config) -> list[Finding]:
                 f"configured {_ip_label(node, node.configured_ip)}",
                 fix=f"Restart Ray on {node.name} with --node-ip-address {node.configured_ip} "
                     f"(sparktui restart pins every node to its configured ip).",
-                captures={"registered_ip": entry.ip, "configured_ip": node.configured_ip},
+                captures={"registered_ip": entry.ip, "configured_ip": node.configured_ip or ""},
             ))
         host_ip = node.env.get("VLLM_HOST_IP")
         if host_ip and entry.alive and host_differs:

@@ -247,7 +247,7 @@ def _finding(g: _Group, kb: KnowledgeBase, context: list[Evidence], demoted: set
     title = p.title if p.category == g.category else category.title
     return Finding(
         id=p.id,
-        severity=p.severity,  # type: ignore[arg-type]
+        severity=p.severity,
         node=None,
         message=message,
         fix=format_fix(fix_steps),
