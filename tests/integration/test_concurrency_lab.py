@@ -33,6 +33,7 @@ from sparktui.tui.screens.confirm import ConfirmScreen
 from sparktui.tui.screens.progress import ProgressScreen
 from tests.lab import faults
 from tests.lab import ray as raymod
+from tests.tui.support import started, wait_until
 
 pytestmark = pytest.mark.lab
 
@@ -223,12 +224,12 @@ def test_console_refuses_a_second_action_and_q_mid_restart_leaves_the_work_runni
     async def go() -> None:
         app = SparkApp(LiveBackend(cfg))
         async with app.run_test(size=(160, 50)) as pilot:
-            await pilot.pause(0.5)
+            await started(pilot)
             await pilot.press("r")
             assert isinstance(app.screen, ConfirmScreen)
             await pilot.press("tab", "enter")  # the action's own button
-            await pilot.pause(0.2)
-            assert isinstance(app.screen, ProgressScreen) and app.running_action == "restart"
+            await wait_until(pilot, lambda: isinstance(app.screen, ProgressScreen)
+                             and app.running_action == "restart", 10, "the restart's progress")
             progress = app.screen
             # a second action in the console: refused, naming the running one
             await pilot.press("escape")  # hide the progress; the action keeps running
@@ -247,19 +248,15 @@ def test_console_refuses_a_second_action_and_q_mid_restart_leaves_the_work_runni
             res = await run_action("teardown", cfg, app.backend.monitor.transports)
             assert res.state == "busy" and "restart" in res.message and "in this console" \
                 in res.message
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:
-                started = [p for p in progress.rows if "joining" in p.description]
-                if started and all(p.state == "ok" for p in started):
-                    break
+            def workers_started() -> bool:
                 assert app.running_action == "restart", "restart ended before the quit"
-                await pilot.pause(0.1)
-            else:
-                raise AssertionError("the workers were never started")
+                joining = [p for p in progress.rows if "joining" in p.description]
+                return bool(joining) and all(p.state == "ok" for p in joining)
+            await wait_until(pilot, workers_started, 180, "the workers to be started")
             assert app.running_action == "restart"
             facts["states_at_quit"] = sorted({p.state for p in progress.rows})
             await pilot.press("q")
-            await pilot.pause(0.2)
+            await pilot.pause(0.2)  # fixed: after q the app is exiting, no condition to poll
             facts["running_after_quit"] = app.is_running
         facts["return_code"] = app.return_code
 

@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -35,6 +34,7 @@ from sparktui.tui.screens.confirm import ConfirmScreen
 from sparktui.tui.screens.progress import ProgressScreen
 from tests.lab import node as nodemod
 from tests.lab import ray as raymod
+from tests.tui.support import detail_follows, wait_until
 
 pytestmark = pytest.mark.lab
 
@@ -175,17 +175,15 @@ def test_console_shows_no_value(secret_lab, monkeypatch):
     async def go() -> None:
         app = SparkApp(LiveBackend(cfg))
         async with app.run_test(size=(160, 50)) as pilot:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and (
-                    app.snapshot is None or not all(n.reachable for n in app.snapshot.nodes)):
-                await pilot.pause(0.2)
+            await wait_until(pilot, lambda: app.snapshot is not None and all(
+                n.reachable for n in app.snapshot.nodes), 30, "every node reachable")
             assert app.snapshot is not None
             assert all(n.reachable for n in app.snapshot.nodes)
             assert all(n.env.get("VLLM_API_KEY") == MASK for n in app.snapshot.nodes)
             seen.append(_screen_text(app))
             for i in range(len(app.findings_list._keys)):  # every finding's detail
                 app.findings_list.highlighted = i
-                await pilot.pause(0.05)
+                await detail_follows(pilot)
                 seen.append(_screen_text(app))
             await pilot.press("r")  # the restart confirmation lists the exact commands
             assert isinstance(app.screen, ConfirmScreen)
@@ -196,10 +194,7 @@ def test_console_shows_no_value(secret_lab, monkeypatch):
             await pilot.press("escape")  # cancel: nothing runs
             await pilot.press("d")  # the doctor's progress and findings
             assert isinstance(app.screen, ProgressScreen)
-            for _ in range(200):
-                if app.running_action is None:
-                    break
-                await pilot.pause(0.1)
+            await wait_until(pilot, lambda: app.running_action is None, 20, "the doctor to end")
             seen.append(_screen_text(app))
             await pilot.press("escape")
             seen.append(_screen_text(app))
