@@ -134,10 +134,11 @@ def check(snapshot: ClusterSnapshot, cfg: Config) -> list[Finding]:
             ))
     if ray_known:
         out.extend(_cluster_ray_findings(snapshot, cfg))
-    if native_mode:
-        from sparktui.core import native
+    from sparktui.core import native
 
+    if native_mode:
         out.extend(native.check(snapshot, cfg))
+    out.extend(native.backend_findings(snapshot, cfg))
     return sort_findings(out)
 
 

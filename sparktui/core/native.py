@@ -401,3 +401,29 @@ def rank_log_followers(cfg: Config, transports: dict, **kw) -> list:
 
     order = [cfg.head, *cfg.workers]
     return [FileFollower(transports[n.name], cfg.vllm.log, node=n.name, **kw) for n in order]
+
+
+def backend_findings(snapshot: ClusterSnapshot, cfg: Config) -> list[Finding]:
+    """A configured backend the nodes contradict (a warning): `ray` while a vllm serve runs
+    with `--nnodes` > 1, or `native` while a container runs `ray start`."""
+    if not cfg.backend_configured:
+        return []
+    containers = {n.name: n.container.name for n in cfg.nodes}
+    for n in snapshot.nodes:
+        a = node_args(n)
+        if cfg.backend == "ray" and a is not None and a.multi_node:
+            return [Finding(
+                "backend-mismatch", "warning", n.name,
+                f"cluster.backend is ray, but vllm serve on {n.name} runs vLLM's native "
+                f"multi-node mode (--nnodes {a.nnodes}, no Ray)",
+                fix="Set cluster.backend: native in the config (the Ray checks and actions "
+                    "do not apply to this launch).")]
+        c = n.container(containers.get(n.name))
+        if cfg.backend == "native" and c is not None and c.running and "ray start" in c.command:
+            return [Finding(
+                "backend-mismatch", "warning", n.name,
+                f"cluster.backend is native, but container {c.name} on {n.name} runs "
+                f"ray start",
+                fix="Set cluster.backend: ray in the config, or sparktui restart (native: "
+                    "the containers without Ray).")]
+    return []

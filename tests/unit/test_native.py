@@ -352,3 +352,19 @@ async def test_doctor_reach_runs_the_real_script_locally():
     finally:
         srv.close()
         await t["spark-2"].close()
+
+
+def test_configured_backend_contradicted_by_the_nodes():
+    r0, r1 = real_argvs()
+    nodes = [node("spark-1", "198.19.10.11", r0), node("spark-2", "198.19.10.12", r1)]
+    ray_cfg = cfg(TEXT.replace("backend: native", "backend: ray"))
+    [f] = native.backend_findings(snap(nodes, backend="ray"), ray_cfg)
+    assert (f.id, f.severity, f.node) == ("backend-mismatch", "warning", "spark-1")
+    assert "cluster.backend: native" in f.fix
+    assert native.backend_findings(snap(nodes), cfg()) == []
+    unset = cfg(TEXT.replace(", backend: native", ""))
+    assert native.backend_findings(snap(nodes, backend="native"), unset) == []
+    rays = [node("spark-1", "198.19.10.11", None)]
+    rays[0].containers[0].command = "ray start --block --head"
+    [f] = native.backend_findings(snap(rays), cfg())
+    assert "runs ray start" in f.message

@@ -72,11 +72,13 @@ ACTIONS: dict[str, ActionSpec] = {a.id: a for a in (
                "serve process included); asks first", True, "t", True),
     ActionSpec("restart", "Restart",
                "Tear down, then start the Ray head and then the workers pinned to the "
-               "configured IPs, and wait until every node is alive; asks first",
+               "configured IPs (native backend: the containers, no Ray), and wait until every "
+               "node is up; asks first",
                True, "r", True),
     ActionSpec("serve", "Serve",
-               "Preflight, then start vLLM on the head (detached, output to the log) and wait "
-               "until /health answers; asks first", True, "s", True),
+               "Preflight, then start vLLM on the head (native backend: one rank on every "
+               "node), detached, output to the log, and wait until /health answers; asks "
+               "first", True, "s", True),
     ActionSpec("doctor", "Preflight",
                "Preflight checks, changing nothing: reachability, image, Ray nodes and IPs, "
                "interfaces, GPUs, model path, memory, stale containers, ports",
