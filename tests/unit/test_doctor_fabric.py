@@ -565,3 +565,23 @@ def test_readme_lists_every_check_with_what_it_reads() -> None:
     assert sorted(rows) == sorted(CHECK_IDS)
     for check, line in rows.items():
         assert len([c for c in line.split("|") if c.strip()]) == 4, check
+
+
+def test_runtime_overwrite_line_is_a_finding_naming_the_variable_and_both_values() -> None:
+    """vLLM's worker log line (the NCCL_IB_HCA values as in sparkrun issue #135); the same
+    line for a device variable vLLM sets per worker on purpose is not a finding."""
+    from sparktui.knowledge.kb import load_builtin
+    from sparktui.knowledge.matcher import Matcher
+    from sparktui.knowledge.triage import diagnose_bytes
+
+    log = ("(RayWorkerWrapper pid=4242, ip=192.168.200.13) WARNING 04-12 10:00:01 "
+           "[__init__.py:733] Overwriting environment variable NCCL_IB_HCA from "
+           "'rocep1s0f0,roceP2p1s0f0' to 'rocep1s0f1,roceP2p1s0f1'\n"
+           "(RayWorkerWrapper pid=20612) WARNING 07-11 09:57:11 [__init__.py:733] Overwriting "
+           "environment variable ASCEND_RT_VISIBLE_DEVICES from '1' to '0,1'\n").encode()
+    [f] = diagnose_bytes(log, Matcher(load_builtin()))
+    assert (f.id, f.severity, f.line) == ("nccl.env_overwritten", "warning", 1)
+    assert f.message == ("NCCL_IB_HCA was 'rocep1s0f0,roceP2p1s0f0' in a Ray worker and was "
+                         "replaced by the head's 'rocep1s0f1,roceP2p1s0f1'")
+    assert f.captures["node_ip"] == "192.168.200.13"
+    assert "ray_non_carry_over_env_vars.json" in f.fix
