@@ -368,3 +368,28 @@ def test_configured_backend_contradicted_by_the_nodes():
     rays[0].containers[0].command = "ray start --block --head"
     [f] = native.backend_findings(snap(rays), cfg())
     assert "runs ray start" in f.message
+
+
+def test_status_text_shows_backend_and_ranks():
+    import io
+
+    from rich.console import Console
+
+    from sparktui.commands.status import render
+    from sparktui.core.serialize import snapshot_to_dict
+
+    r0, r1 = real_argvs()
+    s = snap([node("spark-1", "198.19.10.11", r0), node("spark-2", "198.19.10.12", None)])
+    s.backend_note = "cluster.backend not set; native seen: vllm serve --nnodes 2 runs on spark-1"
+    s.findings = checks.check(s, cfg(TEXT.replace(", backend: native", "")))
+    buf = io.StringIO()
+    render(s, Console(file=buf, width=200, highlight=False))
+    text = buf.getvalue()
+    assert "backend native" in text and "native seen: vllm serve --nnodes 2" in text
+    assert "vllm        rank 0/2 · vllm serve running (pid 92) · API server" in text
+    assert "vllm        vllm serve not running" in text
+    assert "   ray " not in text and "  ray  " not in text
+    assert "native-rank-not-running  [spark-2]" in text
+    d = snapshot_to_dict(s)
+    assert d["backend"]["name"] == "native" and d["nodes"][1]["vllm_process"] is None
+    assert d["nodes"][0]["vllm_process"]["node_rank"] == 0
