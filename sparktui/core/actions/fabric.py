@@ -380,7 +380,9 @@ def _ulimit(board: Board, n: _Node) -> None:
                    f"ulimit -n is {nofile} in container {n.container} on {n.name} (below "
                    f"{NOFILE_MIN}): loading a sharded model can fail with 'Too many open files'",
                    fix="Add --ulimit nofile=1048576:1048576 to container.run_args, then "
-                       "sparktui restart.", value=value, captures={"nofile": str(nofile)})
+                       "sparktui restart (docker cannot go above its own hard limit: "
+                       "LimitNOFILE in docker.service).", value=value,
+                   captures={"nofile": str(nofile)})
     assert n.x is not None
     hc = n.x.hostconfig or {}
     caps = hc.get("CapAdd") or []
