@@ -27,8 +27,6 @@ COMMANDS: dict[str, str] = {
     "diagnose": "Find known crash signatures in a vLLM log (file or stdin)",
     "bundle": "Write one archive for a bug report: status, doctor, findings, every node's "
               "logs, versions, the config (secrets masked)",
-    "bundle": "Write one archive for a bug report: status, doctor, findings, every node's "
-              "logs, versions, the config (secrets masked)",
 }
 
 DEMO_HELP = ("show the console on a built-in story, with no cluster: two DGX Sparks, Ray "
