@@ -55,7 +55,7 @@ def test_config_is_valid_sparktui_config(lab: Lab) -> None:
     assert Path(cfg.ssh.identity_file) == lab.key_path
     assert Path(cfg.ssh.known_hosts) == lab.known_hosts
     assert cfg.container.name == lab.container and cfg.container.image == lab.image
-    assert cfg.container.run_args == ["--gpus", "all", "--network", "host"]
+    assert cfg.container.run_args == ["--gpus", "all", "--network", "host", "--shm-size", "1g"]
     assert cfg.ray.port == 6379 and cfg.ray.extra_args == ["--num-cpus", "1"]
 
 
