@@ -201,10 +201,9 @@ class MainScreen(Screen[None]):
         self.query_one(VllmStrip).update_status(snap.vllm)
         down = sum(1 for n in snap.nodes if not n.reachable)
         text = f"refresh {self.cfg.refresh_interval:g}s · tick {snap.tick}"
-        if snap.backend_note:  # the config does not say: which backend the nodes show
-            text += f" · backend {snap.backend} (seen, not configured)"
-        elif snap.backend == "native":
-            text += " · native multi-node (no Ray)"
+        if snap.backend == "native":  # vLLM's own multi-node mode; said when only seen
+            text += " · native multi-node (no Ray)" + (
+                ", seen: cluster.backend not set" if snap.backend_note else "")
         if snap.ray_error and snap.ray_error != "not read yet":
             text += f" · Ray: {snap.ray_error}"
         if down:
