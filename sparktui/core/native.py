@@ -280,7 +280,8 @@ def check(snapshot: ClusterSnapshot, cfg: Config) -> list[Finding]:
             "native-rank-not-running", "error", name,
             f"vllm serve runs on {', '.join(running)} but not on {name}: rank "
             f"{rank_of(cfg, name)} never joins, rank 0 waits for it until its timeout",
-            fix=f"See {name}'s own log ({cfg.vllm.log} on {name}), then sparktui serve.")
+            fix=f"See {name}'s own log ({cfg.vllm.log} on {name}), then sparktui restart "
+                f"and sparktui serve (the ranks still running would wait for it).")
             for name in idle)
     return out
 
