@@ -112,7 +112,9 @@ def test_native_serve_exact_command_line_per_node():
     common = [MODEL, "--tensor-parallel-size", "2", "--max-model-len", "512",
               "--enforce-eager", "--served-model-name", "tiny", "--max-num-seqs", "8"]
     for name, c in starts.items():
-        assert c.argv[:3] == ("docker", "exec", "-d") and c.mutating
+        ip = "198.19.10.11" if name == "spark-1" else "198.19.10.12"
+        assert c.argv[:6] == ("docker", "exec", "-d", "-e", f"VLLM_HOST_IP={ip}",
+                              "vllm_node") and c.mutating
         argv = list(c.argv[c.argv.index("vllm"):])
         rank = ["--nnodes", "2", "--node-rank", "0" if name == "spark-1" else "1",
                 "--master-addr", "198.19.10.11"]
@@ -127,7 +129,7 @@ def test_native_serve_exact_command_line_per_node():
     assert [(s.node, s.kind, s.sufficient) for s in waits] == [
         ("spark-1", "wait", True), ("spark-2", "wait", False)]
     # the worker's rank as vLLM itself would read it
-    rank1 = native.parse_args(native.serve_args(list(starts["spark-2"].argv[7:])) or [])
+    rank1 = native.parse_args(native.serve_args(list(starts["spark-2"].argv[9:])) or [])
     assert (rank1.nnodes, rank1.node_rank, rank1.master_addr, rank1.headless) == (
         2, 1, "198.19.10.11", True)
 

@@ -4,9 +4,10 @@
   (the container only holds the environment: `VLLM_HOST_IP=<node ip>`, `container.env`,
   the log directory mounted); wait until each runs and has `vllm` on its PATH.
 - serve: (doctor first) `vllm serve <model> <args> --nnodes N --node-rank R --master-addr
-  <head ip> [--master-port P]` detached in every node's container, the workers
-  `--headless`, each rank's output appended to `vllm.log` on its own node; then wait for
-  `/health` on the head while every worker's rank must keep running.
+  <head ip> [--master-port P]` detached in every node's container (`docker exec -d -e
+  VLLM_HOST_IP=<node ip>`), the workers `--headless`, each rank's output appended to
+  `vllm.log` on its own node; then wait for `/health` on the head while every worker's
+  rank must keep running.
 
 Every command is an argv; config values travel only as arguments.
 """
@@ -97,11 +98,13 @@ def serve_plan(cfg: Config) -> Plan:
     starts = []
     for n in order:
         rank = native.rank_of(cfg, n.name)
+        # the rank announces its configured ip even in a container sparktui did not start
+        pin = ("-e", f"VLLM_HOST_IP={n.ip}") if n.ip else ()
         starts.append(Step(
             n.name, f"start vllm serve rank {rank}{' (headless)' if n is not head else ''} in "
                     f"{n.container.name} (log: {cfg.vllm.log} on {n.name})",
-            (Command(("docker", "exec", "-d", n.container.name, "sh", "-c", SERVE_SCRIPT, "sh",
-                      cfg.vllm.log, *vllm_argv(cfg, n)), mutating=True, timeout=30,
+            (Command(("docker", "exec", "-d", *pin, n.container.name, "sh", "-c", SERVE_SCRIPT,
+                      "sh", cfg.vllm.log, *vllm_argv(cfg, n)), mutating=True, timeout=30,
                      description=f"docker exec -d: vllm serve rank {rank}, output to the log"),)))
     waits = [Step(
         head.name, f"wait for vLLM's /health on port {cfg.vllm.port}",
