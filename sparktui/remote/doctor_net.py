@@ -75,6 +75,32 @@ def ping(ip, size, df, timeout=1.0):
         s.close()
 
 
+def ping_binary(ip, size, df, why):
+    """The node's own ping (setuid or cap_net_raw) where no ICMP socket could be opened;
+    'unavailable: ...' when there is none either (the check then says n/a, not down)."""
+    argv = ["ping", "-n", "-c", "1", "-W", "1", "-s", str(size)]
+    if df:
+        argv += ["-M", "do"]
+    try:
+        p = subprocess.run(argv + [ip], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=3)
+    except FileNotFoundError:
+        return "unavailable: " + why
+    except Exception as e:
+        return f"ping failed: {e}"
+    if p.returncode == 0:
+        return True
+    tail = p.stdout.decode("utf-8", "replace").strip().splitlines()[-1:]
+    return "no reply in 1s" + (f" ({tail[0]})" if tail else "")
+
+
+def echo(ip, size, df):
+    r = ping(ip, size, df)
+    if isinstance(r, str) and r.startswith("no ICMP socket"):
+        return ping_binary(ip, size, df, r)
+    return r
+
+
 def route(ip):
     try:
         p = subprocess.run(["ip", "-o", "route", "get", ip], stdout=subprocess.PIPE,
@@ -102,9 +128,9 @@ def one(ip, out):
     r = route(ip)
     m = mtu(r["dev"]) if r.get("dev") else None
     res = {"route": r, "mtu": m}
-    res["icmp"] = ping(ip, 56, False)
+    res["icmp"] = echo(ip, 56, False)
     if m:
-        res["df"] = ping(ip, m - 28, True)
+        res["df"] = echo(ip, m - 28, True)
     out[ip] = res
 
 

@@ -574,14 +574,57 @@ def test_runtime_overwrite_line_is_a_finding_naming_the_variable_and_both_values
     from sparktui.knowledge.matcher import Matcher
     from sparktui.knowledge.triage import diagnose_bytes
 
-    log = ("(RayWorkerWrapper pid=4242, ip=192.168.200.13) WARNING 04-12 10:00:01 "
-           "[__init__.py:733] Overwriting environment variable NCCL_IB_HCA from "
-           "'rocep1s0f0,roceP2p1s0f0' to 'rocep1s0f1,roceP2p1s0f1'\n"
-           "(RayWorkerWrapper pid=20612) WARNING 07-11 09:57:11 [__init__.py:733] Overwriting "
-           "environment variable ASCEND_RT_VISIBLE_DEVICES from '1' to '0,1'\n").encode()
+    log = (b"(RayWorkerWrapper pid=4242, ip=192.168.200.13) WARNING 04-12 10:00:01 "
+           b"[__init__.py:733] Overwriting environment variable NCCL_IB_HCA from "
+           b"'rocep1s0f0,roceP2p1s0f0' to 'rocep1s0f1,roceP2p1s0f1'\n"
+           b"(RayWorkerWrapper pid=20612) WARNING 07-11 09:57:11 [__init__.py:733] Overwriting "
+           b"environment variable ASCEND_RT_VISIBLE_DEVICES from '1' to '0,1'\n")
     [f] = diagnose_bytes(log, Matcher(load_builtin()))
     assert (f.id, f.severity, f.line) == ("nccl.env_overwritten", "warning", 1)
     assert f.message == ("NCCL_IB_HCA was 'rocep1s0f0,roceP2p1s0f0' in a Ray worker and was "
                          "replaced by the head's 'rocep1s0f1,roceP2p1s0f1'")
     assert f.captures["node_ip"] == "192.168.200.13"
     assert "ray_non_carry_over_env_vars.json" in f.fix
+
+
+def test_no_icmp_at_all_is_not_a_down_peer() -> None:
+    snap, ex = pair()
+    peer = (ex["spark-1"].net or {})["peers"][WORKER_IP]
+    peer["icmp"] = peer["df"] = "unavailable: no ICMP socket: [Errno 1] Operation not permitted"
+    board = fabric_checks(cfg(), snap, ex)
+    assert only(board, "peer-unreachable") == [] and only(board, "mtu-mismatch") == []
+    cell = board.cell("peer-unreachable", "spark-1")
+    assert cell.status == "ok" and cell.note.startswith("ICMP not checked (unavailable")
+
+
+def test_doctor_net_falls_back_to_the_nodes_ping(tmp_path: Path) -> None:
+    """Without an ICMP socket (no root, no ping_group_range) the node's own ping answers;
+    here a stand-in ping that records its argv."""
+    import os
+
+    from sparktui.remote import script
+
+    fake = tmp_path / "ping"
+    fake.write_text("#!/bin/sh\nprintf '%s\\n' \"$*\" >> \"$0.argv\"\n"
+                    "case \"$*\" in *-M\\ do*) echo '1 packets transmitted, 0 received'; "
+                    "exit 1;; esac\nexit 0\n")
+    fake.chmod(0o755)
+    ns: dict = {"__name__": "doctor_net"}
+    exec(compile(script("doctor_net.py"), "doctor_net.py", "exec"), ns)
+    old = os.environ["PATH"]
+    os.environ["PATH"] = f"{tmp_path}:{old}"
+    try:
+        assert ns["ping_binary"]("198.19.11.12", 56, False, "why") is True
+        assert ns["ping_binary"]("198.19.11.12", 8972, True, "why") == (
+            "no reply in 1s (1 packets transmitted, 0 received)")
+    finally:
+        os.environ["PATH"] = old
+    argv = (tmp_path / "ping.argv").read_text().splitlines()
+    assert argv == ["-n -c 1 -W 1 -s 56 198.19.11.12",
+                    "-n -c 1 -W 1 -s 8972 -M do 198.19.11.12"]
+    os.environ["PATH"] = str(tmp_path / "nothing")
+    try:
+        assert ns["ping_binary"]("198.19.11.12", 56, False, "no ICMP socket: x") == \
+            "unavailable: no ICMP socket: x"
+    finally:
+        os.environ["PATH"] = old

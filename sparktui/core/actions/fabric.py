@@ -613,6 +613,7 @@ def _peers(board: Board, cfg: Config, nodes: list[_Node], ray: bool = True) -> N
             continue
         problems = []
         routes = []
+        note = ""
         for m in cfg.nodes:
             if m.name == n.name or not m.ip:
                 continue
@@ -621,9 +622,12 @@ def _peers(board: Board, cfg: Config, nodes: list[_Node], ray: bool = True) -> N
                 continue
             if m.name in down:
                 continue
-            if r.get("icmp") is not True:
+            icmp = r.get("icmp")
+            if isinstance(icmp, str) and icmp.startswith("unavailable"):
+                note = f"ICMP not checked ({icmp})"
+            elif icmp is not True:
                 unreachable_to[m.name] += 1
-                problems.append(f"{m.name} at {m.ip} ({r.get('icmp')})")
+                problems.append(f"{m.name} at {m.ip} ({icmp})")
             dev = (r.get("route") or {}).get("dev")
             for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
                 spec = n.env.get(var)
@@ -654,7 +658,7 @@ def _peers(board: Board, cfg: Config, nodes: list[_Node], ray: bool = True) -> N
                        fix=f"Start Ray on {cfg.head.name} (sparktui restart) and let port "
                            f"{cfg.ray.port} through any firewall on the interconnect.",
                        value="GCS closed")
-        board.ok(k, n.name, "ok")
+        board.ok(k, n.name, "ok", note=note)
     odd = sorted(down) or [m for m, c in unreachable_to.items()
                            if c >= max(1, len(by_name) - 1) and len(by_name) > 2]
     if odd:
@@ -704,8 +708,10 @@ def _mtu(board: Board, cfg: Config, nodes: list[_Node]) -> None:
             if m.name == n.name or not m.ip or m.name in odd:
                 continue
             r = _peer_result(n, m.ip)
-            if r is not None and r.get("icmp") is True and r.get("df") not in (True, None):
-                bad.append(f"{m.name} ({r.get('df')})")
+            df = r.get("df") if r is not None else None
+            if r is not None and r.get("icmp") is True and df not in (True, None) \
+                    and not str(df).startswith("unavailable"):
+                bad.append(f"{m.name} ({df})")
         if bad:
             board.fail(k, n.name, "error",
                        f"from {n.name}, an ICMP echo of the full MTU {mtus[n.name]} with Don't "
