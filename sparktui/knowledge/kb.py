@@ -51,14 +51,15 @@ UNKNOWN = "unknown"
 ALL_CATEGORIES: tuple[str, ...] = (*CATEGORIES, UNKNOWN)
 DEFAULT_SEVERITY = {"primary": "error", "generic": "error", "secondary": "error",
                     "predictive": "warning", "context": "info", "benign": "info",
-                    "fallback": "error"}
+                    "fallback": "error", "hint": "warning", "signal": "info"}
 MAX_SPAN = 10
 DEFAULT_SPAN = 2
 # Captures every hit gets from the line's Ray/vLLM prefix: "(Name pid=N, ip=X)".
 PREFIX_CAPTURES = ("node_ip", "process")
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,79}$")
-Role = Literal["primary", "generic", "predictive", "secondary", "context", "benign", "fallback"]
+Role = Literal["primary", "generic", "predictive", "secondary", "context", "benign", "fallback",
+               "hint", "signal"]
 Severity = Literal["error", "warning", "info"]
 ROLES: tuple[str, ...] = get_args(Role)
 SEVERITIES: tuple[str, ...] = get_args(Severity)
@@ -320,7 +321,7 @@ def render_template(template: str, captures: Mapping[str, str]) -> str:
     if any(f is None for f in filled):   # a mandatory capture is missing: "?" in its place
         filled = [fill(t, "?") for t in mandatory]
     out = [filled[0] or ""]
-    for opt, rest in zip(parts, filled[1:]):
+    for opt, rest in zip(parts, filled[1:], strict=True):
         out += [opt, rest or ""]
     return "".join(out)
 

@@ -480,13 +480,18 @@ def _match(pattern: Pattern, line: int, first: str, pos: int, rest: list[str]) -
     return Hit(pattern, line, shown, caps)
 
 
+_UNNAMED = ("context", "fallback", "hint", "signal")   # roles that explain no line
+_WEAK = ("fallback", "hint", "signal")                  # ... and stand only on lines without
+
+
 def _suppress_benign(hits: list[Hit]) -> list[Hit]:
-    """A benign hit silences alarms on the same line (context captures stay); a fallback hit
-    stands only on a line no other signature explains."""
+    """A benign hit silences alarms on the same line (context captures stay); fallback,
+    hint and signal hits stand only on a line no other signature explains."""
     benign = {h.line for h in hits if h.pattern.role == "benign"}
-    named = {h.line for h in hits if h.pattern.role not in ("context", "fallback")}
-    if not benign and not named.intersection(h.line for h in hits if h.pattern.role == "fallback"):
+    named = {h.line for h in hits if h.pattern.role not in _UNNAMED}
+    weak = [h for h in hits if h.pattern.role in _WEAK]
+    if not benign and not named.intersection(h.line for h in weak):
         return hits
     return [h for h in hits
             if (h.pattern.role in ("benign", "context") or h.line not in benign)
-            and (h.pattern.role != "fallback" or h.line not in named)]
+            and (h.pattern.role not in _WEAK or h.line not in named)]

@@ -17,6 +17,10 @@
   only on a finished log (`final=True`), never while a live log may still finish them.
 - Never silent on a failed log: when no error finding stands but fallback patterns saw an
   exception or an ERROR/FATAL line, an `unrecognised-error` finding quotes the last one.
+- Hints name the likely category when nothing more specific does: a category's keywords
+  (`hint` patterns: NCCL, /dev/shm, placement group, ...) counted over the log, the category
+  with the most hits wins - but only in a log that shows it failed (a fallback or `signal`
+  hit: an exception, `failed`, `timed out`, `Killed`, ...), never in a healthy one.
 
 `Diagnosis` accumulates hits with bounded memory (first hit and a count per pattern), so a
 live log can feed it for days.
@@ -34,7 +38,7 @@ from sparktui.knowledge.kb import KnowledgeBase, Pattern
 from sparktui.knowledge.matcher import Hit, Matcher
 
 ROLE_RANK = {"primary": 0, "generic": 1, "predictive": 2, "secondary": 3, "benign": 4,
-             "context": 5, "fallback": 6}
+             "context": 5, "fallback": 6, "hint": 7, "signal": 8}
 MAX_KEYS = 256   # values of an absence's `same` capture remembered per pattern
 UNRECOGNISED = "unrecognised-error"
 NO_ROOT_CAUSE = ("Root cause not in this log excerpt: only wrapper/aftermath messages were "
@@ -151,11 +155,16 @@ def triage(evidence: dict[str, Evidence] | Iterable[Hit], kb: KnowledgeBase, *,
     groups: dict[str, _Group] = {}
     context: dict[str, list[Evidence]] = {}
     fallback: list[Evidence] = []
+    hints: list[Evidence] = []
+    signals: list[Evidence] = []
     for pid, ev in evidence.items():
         p = ev.first.pattern
         cat = reroute.get(pid, p.category)
         if p.role == "fallback":
             fallback.append(ev)
+            continue
+        if p.role in ("hint", "signal"):
+            (hints if p.role == "hint" else signals).append(ev)
             continue
         if p.unless_later and not (final and _unfinished(ev, p, evidence)):
             continue
@@ -185,13 +194,43 @@ def triage(evidence: dict[str, Evidence] | Iterable[Hit], kb: KnowledgeBase, *,
     for i, g in enumerate(ordered):
         out.append(_finding(g, kb, context.get(g.category, []), demoted,
                             wrapper_only=(i == 0 and g.role == "secondary")))
-    if fallback and not any(f.severity == "error" for f in out):
-        # after the named causes (a stalled load, a handshake that never finished), before
-        # warnings and wrappers
-        named = next((i for i, g in enumerate(ordered) if key(g)[0] > ROLE_RANK["generic"]),
-                     len(ordered))
+    # after the named causes (a stalled load, a handshake that never finished), before
+    # warnings and wrappers - when no error finding stands; else last
+    quiet = not any(f.severity == "error" for f in out)
+    named = next((i for i, g in enumerate(ordered) if key(g)[0] > ROLE_RANK["generic"]),
+                 len(ordered)) if quiet else len(out)
+    failed = fallback or signals or any(g.role in ("predictive", "secondary") for g in ordered)
+    if hints and failed and not any(g.role in ("primary", "generic") for g in ordered):
+        hinted = _hinted(hints, kb, {f.category for f in out})
+        if hinted is not None:
+            out.insert(named, hinted)
+            named += 1
+    if fallback and quiet:
         out.insert(named, _unrecognised(fallback, kb))
     return out
+
+
+def _hinted(hints: list[Evidence], kb: KnowledgeBase, taken: set[str | None]) -> Finding | None:
+    """The category whose keywords the failed log mentions most (ties: the earliest)."""
+    votes: dict[str, list[Evidence]] = {}
+    for ev in hints:
+        votes.setdefault(ev.first.pattern.category, []).append(ev)
+    best = min(votes.items(), key=lambda kv: (-sum(e.count for e in kv[1]),
+                                              min(e.first.line for e in kv[1])))
+    name, evs = best
+    if name in taken:
+        return None
+    first = min(evs, key=lambda e: e.first.line).first
+    n = sum(e.count for e in evs)
+    category = kb.categories[name]
+    return Finding(
+        id=first.pattern.id, severity=first.pattern.severity,
+        node=None,
+        message=(f"Probably: {category.title[:1].lower()}{category.title[1:]} "
+                 f"({n} line(s) of this failed log point there; no known signature matched)"),
+        fix=format_fix(list(category.fix)), source="log", category=name,
+        title=category.title, explanation=category.explanation,
+        links=category.links, line=first.line, text=first.text, captures=dict(first.captures))
 
 
 def _unrecognised(fallback: list[Evidence], kb: KnowledgeBase) -> Finding:

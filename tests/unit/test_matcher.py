@@ -41,10 +41,11 @@ def naive(matcher: Matcher, data: bytes) -> set[tuple[str, int]]:
                 out.add((p.id, no))
     role = {p.id: p.role for p in matcher.patterns}
     benign = {no for pid, no in out if role[pid] == "benign"}
-    named = {no for pid, no in out if role[pid] not in ("context", "fallback")}
+    named = {no for pid, no in out if role[pid] not in ("context", "fallback", "hint", "signal")}
+    weak = ("fallback", "hint", "signal")
     return {(pid, no) for pid, no in out
             if (no not in benign or role[pid] in ("benign", "context"))
-            and (role[pid] != "fallback" or no not in named)}
+            and (role[pid] not in weak or no not in named)}
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in VLLM.glob("*.log")))
@@ -63,9 +64,10 @@ def test_crash_corpus_naive_hits_are_found(m):
         data = case["log"].encode()
         hits = m.scan_bytes(data)
         # a wrapped message (span > 0) explains its line: no fallback there, unlike naive's
-        named = {h.line for h in hits if h.pattern.role not in ("context", "fallback")}
+        named = {h.line for h in hits
+                 if h.pattern.role not in ("context", "fallback", "hint", "signal")}
         slow = {(pid, no) for pid, no in naive(m, data)
-                if not (m.kb.by_id[pid].role == "fallback" and no in named)}
+                if not (m.kb.by_id[pid].role in ("fallback", "hint", "signal") and no in named)}
         assert slow <= {(h.id, h.line) for h in hits}, case["id"]
 
 
@@ -93,7 +95,7 @@ def test_feeding_in_pieces_gives_the_same_hits(step, m):
 def test_scan_stream_reads_a_file_object(m):
     data = (VLLM / "vllm_port_in_use.log").read_bytes()
     hits = list(m.scan_stream(io.BytesIO(data), chunk=100))
-    assert [h.id for h in hits if h.pattern.role != "fallback"] == ["port.errno98"]
+    assert [h.id for h in hits if h.pattern.role not in ("fallback", "signal")] == ["port.errno98"]
 
 
 def test_wrapped_message_matches_across_lines(m):
@@ -121,7 +123,7 @@ def test_wrapped_message_with_prefixed_continuation_lines(m):
 def test_continuation_arriving_later_still_matches(m):
     sc = m.scanner()
     first = sc.feed(b"ray.exceptions.OutOfMemoryError: 1 worker(s) were killed due to the node\n")
-    assert [h.id for h in first if h.pattern.role != "fallback"] == []
+    assert [h.id for h in first if h.pattern.role not in ("fallback", "signal")] == []
     later = sc.feed(b"running low on memory. Memory on the node (IP: 10.99.0.2) was\n"
                     b"113.76GB / 119.70GB (0.950345)\n")
     hit = next(h for h in later if h.id == "spark.ray_oom_monitor")
