@@ -161,5 +161,6 @@ async def build_bundle(cfg: Config, transports: dict[str, Transport] | None = No
         })
         b.add_json("config.json", mask_config(cfg.model_dump(mode="json")))
     finally:
-        await monitor.close()
+        if transports is None:  # the caller's transports stay open (the console's own)
+            await monitor.close()
     return b

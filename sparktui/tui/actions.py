@@ -49,6 +49,17 @@ UI_ONLY: tuple[UiAction, ...] = (
              "screen.copy"),
     UiAction("save", "w", "Save log", "Save the log lines in view to a file",
              "screen.save_log", show=False),
+    UiAction("log_node", "n", "Node log",
+             "Show one node's log lines (the head's vLLM log and Ray logs, then each node's "
+             "docker and Ray worker logs), then every node again (cycles)",
+             "screen.log_node", show=False),
+    UiAction("open_log", "o", "Open log",
+             "Open the log of the node the selected finding names, at its line",
+             "screen.open_finding_log", show=False),
+    UiAction("bundle", "b", "Bundle",
+             "Write a bug-report bundle (status, doctor, findings, every node's logs, "
+             "versions, config with secrets masked) to $XDG_STATE_HOME/sparktui/bundles/",
+             "screen.bundle", show=False),
     UiAction("help", "question_mark", "Help", "List every key and action", "screen.help"),
     UiAction("quit", "q", "Quit",
              "Quit the console (everything on the nodes keeps running)", "app.quit"),

@@ -121,15 +121,23 @@ class Backend:
         if False:  # pragma: no cover - an async generator that yields nothing
             yield "", [], []
 
-    def scan_log(self, lines: list[str]) -> list[LogMark]:
+    def scan_log(self, lines: list[str], node: str | None = None) -> list[LogMark]:
         """Feed new log lines (in order; the first line ever fed is line 1) to the crash
-        matcher; returns the lines that matched, as (line number, severity, pattern id)."""
+        matcher; returns the lines that matched, as (line number, severity, pattern id).
+        `node`: whose log they are (its findings then name that node)."""
         return []
 
     def log_findings(self, snapshot: ClusterSnapshot | None) -> list[Finding]:
         """Every finding from the log so far, root cause first, fixes joined with the
         snapshot (live names and IPs) when one is known."""
         return []
+
+    def want_all_logs(self) -> None:
+        """Follow every node's logs, not only the head's vLLM log (where there are more)."""
+
+    async def bundle(self, directory: str) -> str:
+        """Write a bug-report bundle (core/bundle.py) into `directory`; its path."""
+        raise RuntimeError("no bundle here: nothing real runs in this console")
 
     def plan(self, action: str) -> PlanView:
         """The plan for an action, without running anything."""

@@ -8,6 +8,7 @@ per node); a read-only config makes those transports refuse every mutating comma
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -59,15 +60,43 @@ class LiveBackend(Backend):
         self._diagnosis = Diagnosis(kb)
         self._follower: FileFollower | None = None
         self._followers: list[FileFollower] = []  # native: one per rank
+        self._hit_nodes: dict[int, str] = {}  # matched line -> the node whose log it is
+        self._all_logs = asyncio.Event()  # set: every node's logs follow too (Ray backend)
 
     async def refresh(self) -> ClusterSnapshot:
-        return await self.monitor.refresh(wait=self.cfg.refresh_interval)
+        snap = await self.monitor.refresh(wait=self.cfg.refresh_interval)
+        # once the monitor has really probed another node, its logs are followed too
+        states = getattr(self.monitor, "states", {})
+        if self.all_node_logs and any(
+                s.reachable and s.probe_seconds is not None
+                for name, s in states.items() if name != self.cfg.head.name):
+            self._all_logs.set()
+        return snap
+
+    def want_all_logs(self) -> None:
+        self._all_logs.set()
+
+    async def bundle(self, directory: str) -> str:
+        import os
+
+        from sparktui.core.bundle import build_bundle
+
+        b = await build_bundle(self.cfg, self.monitor.transports)
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, f"{b.name}.tar.gz")
+        b.write(path)
+        return path
 
     @property
     def native_logs(self) -> bool:
         """The native backend (configured): every rank's log, on its own node, is followed."""
         return self.cfg.backend_configured and self.cfg.backend == "native" \
             and len(self.cfg.nodes) > 1
+
+    @property
+    def all_node_logs(self) -> bool:
+        """Ray backend, several nodes: every node's Ray logs follow with the head's vLLM log."""
+        return not self.native_logs and len(self.cfg.nodes) > 1
 
     @property
     def log_label(self) -> str:
@@ -88,21 +117,42 @@ class LiveBackend(Backend):
             return
         follower = self._follower = vllm_log_follower(
             self.cfg, self.monitor.transports[self.cfg.head.name])
+        if self.all_node_logs:
+            from sparktui.core.node_logs import follow_cluster_logs
+
+            async for batch in follow_cluster_logs(self.cfg, self.monitor.transports,
+                                                   head=follower, others=self._all_logs):
+                yield batch.node, list(batch.lines), list(batch.events)
+            return
         async for batch in follower.batches():
             yield batch.node, list(batch.lines), list(batch.events)
 
-    def scan_log(self, lines: list[str]) -> list[LogMark]:
+    def scan_log(self, lines: list[str], node: str | None = None) -> list[LogMark]:
         hits = self._scanner.feed_lines(lines)
         if not hits:
             return []
+        if node is not None:
+            for h in hits:
+                self._hit_nodes[h.line] = node
         self._diagnosis.add(hits)
         return [LogMark(h.line, h.pattern.severity, h.pattern.id) for h in hits
                 if h.pattern.role not in ("benign", "context")]
 
     def log_findings(self, snapshot: ClusterSnapshot | None) -> list[Finding]:
+        from dataclasses import replace
+
         from sparktui.knowledge import join
 
-        return join(self._diagnosis.findings(), snapshot)
+        out = []
+        head = self.cfg.head.name
+        for f in join(self._diagnosis.findings(), snapshot):
+            where = self._hit_nodes.get(f.line) if f.line is not None else None
+            # a line from another node's own log is that node's, whatever it names (the
+            # head's vLLM log speaks for the whole cluster: its findings keep their node)
+            if where is not None and where != head:
+                f = replace(f, node=where)
+            out.append(f)
+        return out
 
     def plan(self, action: str) -> PlanView:
         from sparktui.core.actions import PlanError, build_plan

@@ -229,7 +229,7 @@ class MainScreen(Screen[None]):
             return
         # the knowledge base reads what the pane shows (escapes dropped, controls replaced):
         # a finding quotes its log line, and that text reaches the screen too
-        marks = self.backend.scan_log([e.text for e in entries])
+        marks = self.backend.scan_log([e.text for e in entries], node=message.node)
         for m in marks:
             view.mark(m.line, m.severity, m.pattern)
         if marks:
@@ -253,7 +253,9 @@ class MainScreen(Screen[None]):
 
     @on(FindingsList.Selected)
     def _show_detail(self, message: FindingsList.Selected) -> None:
-        self.query_one(FindingDetail).show(message.finding)
+        detail = self.query_one(FindingDetail)
+        detail.open_key = self._key_for("open_log")
+        detail.show(message.finding)
 
     # ------------------------------------------------------------------ availability
 
@@ -374,6 +376,49 @@ class MainScreen(Screen[None]):
 
     def action_save_log(self) -> None:
         self._save(self.log_view.visible_text())
+
+    def action_log_node(self) -> None:
+        """Every node's lines -> the first node's only -> the next ... -> every node's."""
+        self.backend.want_all_logs()
+        view = self.log_view
+        order = [n.name for n in self.cfg.nodes if n.name in view.sources]
+        order += [s for s in view.sources if s not in order]
+        if not order:
+            self.notify("No log lines yet.")
+            return
+        cur = view.node_filter
+        nxt = order[0] if cur is None else (
+            order[order.index(cur) + 1] if cur in order and order.index(cur) + 1 < len(order)
+            else None)
+        view.set_node_filter(nxt)
+        self.query_one(LogPane).update_status()
+
+    def action_open_finding_log(self) -> None:
+        """The selected finding's node's log, at the finding's line when it has one."""
+        f = self.findings_list.selected
+        if f is None or f.node is None:
+            self.notify("Select a finding that names a node first.")
+            return
+        self.backend.want_all_logs()
+        view = self.log_view
+        view.set_node_filter(f.node)
+        self.query_one(LogPane).update_status()
+        if f.source == "log" and f.line is not None and not view.show_line(f.line):
+            self.notify(f"Line {f.line} is no longer in the pane; showing {f.node}'s log.")
+        view.focus()
+
+    def action_bundle(self) -> None:
+        self.notify("Writing the bundle (status, doctor, every node's logs) …")
+        self._bundle()
+
+    @work(group="bundle", exit_on_error=False)
+    async def _bundle(self) -> None:
+        try:
+            path = await self.backend.bundle(str(locations.state_dir() / "bundles"))
+        except Exception as e:  # one notification, the console goes on
+            self.notify(f"No bundle: {e}", severity="error", timeout=10)
+            return
+        self.notify(f"Bundle written: {path}", timeout=15)
 
     @work(thread=True, group="save", exit_on_error=False)
     def _save(self, text: str) -> None:

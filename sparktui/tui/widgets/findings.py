@@ -88,8 +88,9 @@ class FindingsList(OptionList):
         self._announce()
 
 
-def render_finding(f: Finding | None) -> Content:
-    """The detail panel text. Finding text is data, never markup."""
+def render_finding(f: Finding | None, open_key: str = "o") -> Content:
+    """The detail panel text. Finding text is data, never markup. A finding that names a
+    node offers `open_key`: that node's log, at the finding's line."""
     if f is None:
         return Content.styled("No findings. Select one to see what it means and how to fix it.",
                               "$muted")
@@ -111,6 +112,9 @@ def render_finding(f: Finding | None) -> Content:
         parts += ["\n", ("Links", "bold"), "\n"]
         for link in f.links:
             parts += [(link, "underline $finding-info"), "\n"]
+    if f.node:
+        at = f" at line {f.line}" if f.source == "log" and f.line else ""
+        parts += ["\n", (f"{open_key}: ", "bold"), (f"open {f.node}'s log{at}", "$muted")]
     return Content.assemble(*parts)
 
 
@@ -121,10 +125,11 @@ class FindingDetail(VerticalScroll):
         super().__init__(id="finding-detail")
         self.border_title = "detail"
         self.finding: Finding | None = None
+        self.open_key = "o"  # the screen sets the key its keymap gives `open_log`
 
     def compose(self) -> ComposeResult:
         yield Static(render_finding(None), id="finding-text", markup=False)
 
     def show(self, finding: Finding | None) -> None:
         self.finding = finding
-        self.query_one("#finding-text", Static).update(render_finding(finding))
+        self.query_one("#finding-text", Static).update(render_finding(finding, self.open_key))

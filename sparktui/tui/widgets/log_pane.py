@@ -82,12 +82,13 @@ class LogView(ScrollView, can_focus=True):
         self.view: list[LogEntry] = []
         self.filter_text = ""
         self.findings_only = False
+        self.node_filter: str | None = None  # `n`: only this node's lines (None: every node)
         self.follow = True  # `l` toggles: False pauses the view where it is
         self.pinned = True  # the view sits at the newest line (scrolling up unpins it)
         self.new_lines = 0
         self._seq = 0
         self._width = 0
-        self._sources: set[str] = set()
+        self._sources: dict[str, None] = {}  # the nodes seen, in the order they came
         self._cache: LRUCache[tuple[int, str | None], Strip] = LRUCache(512)
         self._synced_at = 0.0
         self._sync_timer: Timer | None = None
@@ -96,6 +97,8 @@ class LogView(ScrollView, can_focus=True):
 
     def _passes(self, e: LogEntry) -> bool:
         if self.findings_only and e.finding is None:
+            return False
+        if self.node_filter is not None and e.node != self.node_filter:
             return False
         return not self.filter_text or self.filter_text in e.text.lower()
 
@@ -116,7 +119,7 @@ class LogView(ScrollView, can_focus=True):
         if not new:
             return new
         self._seq += len(new)
-        self._sources.add(node)
+        self._sources[node] = None
         self.entries.extend(new)
         overflow = len(self.entries) - self.max_lines
         if overflow > 0 and overflow >= max(1, self.max_lines // 20):  # prune in chunks
@@ -128,7 +131,7 @@ class LogView(ScrollView, can_focus=True):
                 # keep the lines the operator is reading in view (and scrolled up: the view
                 # would otherwise be clamped to its new end, and pinned there again)
                 self.set_scroll(None, max(0, self.scroll_y - cut))
-        filtering = self.filter_text or self.findings_only
+        filtering = self.filter_text or self.findings_only or self.node_filter is not None
         shown = [e for e in new if self._passes(e)] if filtering else new
         self.view.extend(shown)
         self._width = max(self._width, max(min(len(e.text), RENDER_MAX) for e in new) + 4)
@@ -208,6 +211,27 @@ class LogView(ScrollView, can_focus=True):
     def set_findings_only(self, on: bool) -> None:
         self.findings_only = on
         self.rebuild()
+
+    @property
+    def sources(self) -> list[str]:
+        """The nodes whose lines the view has received, in the order they first came."""
+        return list(self._sources)
+
+    def set_node_filter(self, node: str | None) -> None:
+        self.node_filter = node
+        self.rebuild()
+
+    def show_line(self, seq: int) -> bool:
+        """Scroll so that line `seq` is in view (pausing the follow there); False when the
+        line is not in the view (gone from the buffer, or filtered out)."""
+        i = bisect_left(self.view, seq, key=lambda e: e.seq)
+        if i >= len(self.view) or self.view[i].seq != seq:
+            return False
+        self.follow = False
+        self.pinned = False
+        self.scroll_to(y=max(0, i - 3), animate=False, immediate=True)
+        self.post_message(self.Scrolled())
+        return True
 
     def set_follow(self, on: bool) -> None:
         self.follow = on
@@ -353,6 +377,8 @@ class LogPane(Vertical):
             parts += ["  filter ", (repr(v.filter_text), "bold"), (f" {len(v.view)} match", "$muted")]
         if v.findings_only:
             parts += ["  ", ("findings only", "bold $crash")]
+        if v.node_filter is not None:
+            parts += ["  node ", (v.node_filter, "bold"), (" (n: next)", "$muted")]
         if v.new_lines:
             parts += ["  ", (f"↓ {v.new_lines} new lines", "reverse $log-warning"),
                       (" (End)", "$muted")]

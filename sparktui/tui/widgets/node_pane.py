@@ -167,7 +167,26 @@ def render_node(node: NodeState, container_name: str | None = None,
             parts += [("  util ", MUTED), f"{mem.utilization_pct}%"]
     else:
         parts.append(("—", STALE))
+    gpu = gpu_sensors(node)
+    if gpu:
+        parts += ["\n", lbl("gpu"), gpu]
     return Content.assemble(*parts)
+
+
+def gpu_sensors(node: NodeState) -> str:
+    """`96 W · 35 °C · SM 1980 MHz` (summed power, hottest GPU, slowest SM clock) where
+    nvidia-smi gives them (a GB10 does), else ""."""
+    power = [g.power_w for g in node.gpus if g.power_w is not None]
+    temp = [g.temperature_c for g in node.gpus if g.temperature_c is not None]
+    clock = [g.sm_clock_mhz for g in node.gpus if g.sm_clock_mhz is not None]
+    out = []
+    if power:
+        out.append(f"{sum(power):.0f} W")
+    if temp:
+        out.append(f"{max(temp)} °C")
+    if clock:
+        out.append(f"SM {min(clock)} MHz")
+    return " · ".join(out)
 
 
 class NodePane(Vertical):

@@ -1,0 +1,105 @@
+"""Every node's log in one stream, each batch tagged with its node (Ray backend).
+
+The head's `vllm.log` (vLLM's own output, with the Ray workers' lines forwarded under
+`(RayWorkerProc pid=N, ip=...)`), and on every node the Ray container's `docker logs`
+(`ray start`'s output: a raylet that dies says so there) and its Ray worker logs
+(`/tmp/ray/session_latest/logs/worker-*.{out,err}` inside the container: a vLLM worker that
+segfaults writes its reason there, on its own node). Worker logs appear when vLLM starts its
+actors, so the list is read again every `relist` seconds and new files are followed from
+their start. Read-only; the followers end with the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from sparktui.config import Config
+from sparktui.core.logs import (
+    DockerLogFollower,
+    FileFollower,
+    LogBatch,
+    _Follower,
+    ray_worker_follower,
+    ray_worker_logs,
+    vllm_log_follower,
+)
+from sparktui.core.transport import Transport, TransportError
+
+WORKER_LOGS_PER_NODE = 6  # the newest worker-*.out/err followed per node
+DOCKER_INITIAL_LINES = 200
+
+
+def sources(cfg: Config) -> list[str]:
+    """What `follow_cluster_logs` reads, in words (for the log pane's title)."""
+    return [f"{cfg.head.name}:{cfg.vllm.log}"] + [
+        f"{n.name}: docker logs {n.container.name} + Ray worker logs" for n in cfg.nodes
+        if n.container.name]
+
+
+async def follow_cluster_logs(cfg: Config, transports: dict[str, Transport], *,
+                              head: _Follower | None = None,
+                              others: asyncio.Event | None = None,
+                              relist: float = 15.0, queue_size: int = 32,
+                              ) -> AsyncIterator[LogBatch]:
+    """Batches from every node's logs as they arrive (see the module's docstring). `head`:
+    the head's vLLM log follower (default: a new one); `others`: the other logs start when
+    it is set (default: at once)."""
+    q: asyncio.Queue[LogBatch | None] = asyncio.Queue(queue_size)
+    followers: list[_Follower] = []
+    tasks: list[asyncio.Task] = []
+    followed: dict[str, set[str]] = {n.name: set() for n in cfg.nodes}
+
+    def start(f: _Follower) -> None:
+        async def pump() -> None:
+            try:
+                async for b in f.batches():
+                    await q.put(b)
+            except (TransportError, OSError):
+                pass
+        followers.append(f)
+        tasks.append(asyncio.ensure_future(pump()))
+
+    start(head if head is not None else vllm_log_follower(cfg, transports[cfg.head.name]))
+
+    async def lister() -> None:
+        if others is not None:
+            await others.wait()
+        for n in cfg.nodes:
+            if n.container.name:
+                start(DockerLogFollower(transports[n.name], n.container.name, node=n.name,
+                                        initial_lines=DOCKER_INITIAL_LINES))
+        while True:
+            for n in cfg.nodes:
+                if not n.container.name:
+                    continue
+                try:
+                    paths = await ray_worker_logs(transports[n.name], container=n.container.name,
+                                                  limit=WORKER_LOGS_PER_NODE)
+                except (TransportError, OSError):
+                    continue
+                for path in paths:
+                    if path not in followed[n.name]:
+                        followed[n.name].add(path)
+                        f: FileFollower = ray_worker_follower(
+                            transports[n.name], path, node=n.name, container=n.container.name)
+                        start(f)
+            await asyncio.sleep(relist)
+
+    list_task = asyncio.ensure_future(lister())
+    try:
+        while True:
+            b = await q.get()
+            if b is None:
+                continue
+            yield b
+    finally:
+        list_task.cancel()
+        for f in followers:
+            f.stop()
+        for t in tasks:
+            t.cancel()
+        for t in [list_task, *tasks]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
