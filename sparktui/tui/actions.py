@@ -60,6 +60,13 @@ UI_ONLY: tuple[UiAction, ...] = (
              "Write a bug-report bundle (status, doctor, findings, every node's logs, "
              "versions, config with secrets masked) to $XDG_STATE_HOME/sparktui/bundles/",
              "screen.bundle", show=False),
+    UiAction("log_full", "z", "Full log",
+             "Give the log the whole screen, or back to nodes, findings and log (toggle)",
+             "screen.toggle_log_full"),
+    UiAction("sort_nodes", "S", "Sort nodes",
+             "Sort the node table by its next column (errors first by default; a click "
+             "on a column header sorts by it, again reverses)", "screen.sort_nodes",
+             show=False),
     UiAction("help", "question_mark", "Help", "List every key and action", "screen.help"),
     UiAction("quit", "q", "Quit",
              "Quit the console (everything on the nodes keeps running)", "app.quit"),

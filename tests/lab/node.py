@@ -207,7 +207,7 @@ def kill(n: Node, timeout: float = 15) -> None:
     """SIGKILL the node's PID 1: the kernel kills every process of the node with it."""
     pid = n.init_pid
     if is_ours(n, pid):
-        parent = next((pp for pp, p in _POPENS.items() if pid in proc.children(pp)), None)
+        parent = next((pp for pp in list(_POPENS) if pid in proc.children(pp)), None)
         proc.kill(pid, signal.SIGKILL)
         if not proc.wait_gone([pid], timeout):
             raise LabError(f"node {n.name}: init {pid} survived SIGKILL")

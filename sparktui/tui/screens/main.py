@@ -32,6 +32,7 @@ from sparktui import locations
 from sparktui.core.actions import ACTIONS
 from sparktui.core.model import ClusterSnapshot, Finding, NodeState, sort_findings
 from sparktui.tui import actions as registry
+from sparktui.tui import layout
 from sparktui.tui.backend import Backend, PlanView, Progress
 from sparktui.tui.messages import ActionFinished, ActionProgress, LogBatch, SnapshotUpdated
 from sparktui.tui.screens.confirm import ConfirmScreen
@@ -42,6 +43,7 @@ from sparktui.tui.widgets.findings import FindingDetail, FindingsList, finding_k
 from sparktui.tui.widgets.header import HeaderBar
 from sparktui.tui.widgets.log_pane import LogPane, LogView
 from sparktui.tui.widgets.node_pane import NodePane, memory_of
+from sparktui.tui.widgets.node_table import NodeDetail, NodeTable, counts_by_node
 from sparktui.tui.widgets.vllm_strip import VllmStrip
 
 HISTORY = 60  # memory samples kept per node (sparkline)
@@ -74,6 +76,8 @@ class MainScreen(Screen[None]):
         self._last_error: dict[str, str] = {}
         self._poll_timer: Timer | None = None
         self._log_applied = asyncio.Event()
+        self.layout_plan: layout.Layout | None = None  # set on every resize (issue 17)
+        self.log_full = False
 
     def compose(self) -> ComposeResult:
         cfg = self.cfg
@@ -85,6 +89,9 @@ class MainScreen(Screen[None]):
                 yield NodePane(NodeState(name=n.name, host=n.host, role=n.role,
                                          configured_ip=n.ip, error="probing…"),
                                n.container.name)
+        with Horizontal(id="node-box"):  # many nodes or a small terminal: the table
+            yield NodeTable()
+            yield NodeDetail()
         with Horizontal(id="middle"):
             yield FindingsList()
             yield FindingDetail()
@@ -92,6 +99,11 @@ class MainScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        table = self.query_one(NodeTable)
+        table.containers = {n.name: n.container.name for n in self.cfg.nodes}
+        table.set_nodes([NodeState(name=n.name, host=n.host, role=n.role, configured_ip=n.ip,
+                                   error="probing…") for n in self.cfg.nodes], {})
+        self._relayout()
         self.call_later(self._start)
 
     def _start(self) -> None:
@@ -186,18 +198,12 @@ class MainScreen(Screen[None]):
         snap = message.snapshot
         self.snapshot = snap
         self._last_error.pop("refresh", None)
-        panes = {p.node_name: p for p in self.query(NodePane)}
         for node in snap.nodes:
             hist = self.history.setdefault(node.name, deque(maxlen=HISTORY))
             mem = memory_of(node)
             if mem is not None and node.reachable:
                 hist.append(round(mem.fraction * 100, 1))
-            pane = panes.get(node.name)
-            if pane is None:
-                pane = NodePane(node)
-                self.query_one("#nodes").mount(pane)
-            pane.backend = snap.backend
-            pane.update_state(node, list(hist))
+        self._draw_panes()
         self.query_one(VllmStrip).update_status(snap.vllm)
         down = sum(1 for n in snap.nodes if not n.reachable)
         text = f"refresh {self.cfg.refresh_interval:g}s · tick {snap.tick}"
@@ -249,13 +255,121 @@ class MainScreen(Screen[None]):
         return sort_findings(list(out.values()))
 
     def _show_findings(self) -> None:
-        self.findings_list.set_findings(self.all_findings())
+        findings = self.all_findings()
+        self.findings_list.set_findings(findings)
+        self._draw_table(findings)
 
     @on(FindingsList.Selected)
     def _show_detail(self, message: FindingsList.Selected) -> None:
         detail = self.query_one(FindingDetail)
         detail.open_key = self._key_for("open_log")
         detail.show(message.finding)
+
+    # ------------------------------------------------------------------ layout (issue 17)
+
+    def _draw_panes(self) -> None:
+        """The node panes, drawn only while they are the layout (32 hidden panes would
+        cost a render each per refresh)."""
+        snap = self.snapshot
+        if snap is None or (self.layout_plan and self.layout_plan.mode != "panes"):
+            return
+        box = self.query_one("#nodes")
+        panes = {p.node_name: p for p in box.query(NodePane)}
+        for node in snap.nodes:
+            pane = panes.get(node.name)
+            if pane is None:
+                pane = NodePane(node)
+                box.mount(pane)
+            pane.backend = snap.backend
+            pane.update_state(node, list(self.history.get(node.name, ())))
+
+    def _draw_table(self, findings: list[Finding]) -> None:
+        snap = self.snapshot
+        if snap is None:
+            return
+        table = self.query_one(NodeTable)
+        table.backend = snap.backend
+        table.set_nodes(list(snap.nodes), counts_by_node(findings))
+        if len(snap.nodes) != len(self.cfg.nodes) and self.layout_plan is not None:
+            self._relayout()
+        self._draw_detail()
+
+    def _draw_detail(self, name: str | None = None) -> None:
+        snap = self.snapshot
+        name = name or self.query_one(NodeTable).selected
+        node = next((n for n in snap.nodes if n.name == name), None) if snap else None
+        if node is None:
+            return
+        ncfg = self.cfg.node(node.name)
+        self.query_one(NodeDetail).show(node, list(self.history.get(node.name, ())),
+                                        ncfg.container.name if ncfg else None,
+                                        snap.backend if snap else "ray")
+
+    @on(NodeTable.NodeSelected)
+    def _node_selected(self, message: NodeTable.NodeSelected) -> None:
+        self._draw_detail(message.name)
+
+    @on(NodeTable.RowSelected)
+    def _node_entered(self, event: NodeTable.RowSelected) -> None:
+        """Enter on a row where the detail pane is not beside the table: the pane in the
+        table's place, Enter or Esc back."""
+        event.stop()
+        plan = self.layout_plan
+        if plan is not None and plan.mode == "table" and not plan.detail_beside:
+            box = self.query_one("#node-box")
+            box.set_class(not box.has_class("-detail-only"), "-detail-only")
+
+    def key_escape(self) -> None:
+        box = self.query_one("#node-box")
+        if box.has_class("-detail-only"):
+            box.remove_class("-detail-only")
+
+    def on_resize(self) -> None:
+        self._relayout()
+
+    def _relayout(self) -> None:
+        """Panes or table, and each area's height, for this size and node count."""
+        size = self.size
+        if not size.width or not size.height:
+            return
+        snap = self.snapshot
+        count = len(snap.nodes) if snap else len(self.cfg.nodes)
+        fixed = sum(1 for w in (HeaderBar, VllmStrip, Footer) if self.query(w))
+        plan = layout.plan(size.width, size.height, count, fixed=fixed,
+                           log_full=self.log_full)
+        was = self.layout_plan
+        self.layout_plan = plan
+        nodes, box, middle = (self.query_one("#nodes"), self.query_one("#node-box"),
+                              self.query_one("#middle"))
+        self.set_class(plan.log_full, "-log-full")
+        nodes.display = plan.mode == "panes" and not plan.log_full
+        box.display = plan.mode == "table" and not plan.log_full and plan.nodes_height > 0
+        box.set_class(plan.detail_beside, "-beside")
+        if plan.detail_beside:
+            box.remove_class("-detail-only")
+        middle.display = not plan.log_full and plan.middle_height > 0
+        self.query_one(VllmStrip).display = not plan.log_full
+        if plan.mode == "table":
+            box.styles.height = plan.nodes_height
+            middle.styles.height = plan.middle_height
+        else:
+            middle.styles.height = layout.MIDDLE_HEIGHT
+        if was is not None and was.mode != plan.mode and plan.mode == "panes":
+            self._draw_panes()
+
+    def action_toggle_log_full(self) -> None:
+        self.log_full = not self.log_full
+        self._relayout()
+        if self.log_full:
+            self.log_view.focus()
+
+    def action_sort_nodes(self) -> None:
+        plan = self.layout_plan
+        if plan is None or plan.mode != "table":
+            self.notify("The node table is shown when the node panes do not fit.", timeout=3)
+            return
+        label = self.query_one(NodeTable).cycle_sort()
+        self.notify(f"Nodes sorted by {label}.", timeout=3)
 
     # ------------------------------------------------------------------ availability
 
