@@ -125,7 +125,7 @@ def test_serve_plan_argv():
         "/var/log/sparktui/vllm.log", "vllm", "serve", "/models/tiny",
         "--tensor-parallel-size", "3", "--distributed-executor-backend", "ray", "--port", "8001")
     health = plan.stages[1].steps[0]
-    assert health.kind == "wait" and health.commands[0].argv[-2:] == ("8001", "sl5-ray")
+    assert health.kind == "wait" and health.commands[0].argv[-3:-1] == ("8001", "sl5-ray")
     assert health.timeout == 900
 
 
