@@ -1,9 +1,11 @@
 """Fast signature scanning: one RE2 `Set` pass over big chunks, full regexes only on hits.
 
 The naive way (every Python regex over every line) runs at a few MB/s. Here a chunk of
-complete lines (about 1 MiB) goes once through an RE2 `Set` holding every pattern's
-single-line prefilter (its `anchor`, or its regexes). Almost all chunks hit nothing and cost
-one linear DFA pass. For a chunk that hits, each matched prefilter locates its lines, and only
+complete lines (about 1 MiB) goes once through a multi-pattern engine holding every pattern's
+single-line prefilter (its `anchor`, or its regexes): Hyperscan when its wheel is installed
+(`pip install 'sparktui[fast]'`), else an RE2 `Set`. Almost all chunks hit nothing and cost
+one linear pass. Prefilters Hyperscan cannot compile stay in a (small) RE2 `Set`; both
+engines report the same prefilter ids, so the hits are the same. For a chunk that hits, each matched prefilter locates its lines, and only
 those lines (plus `span` continuation lines, for wrapped messages) are decoded and matched with
 the pattern's full Python regexes, which yield the captures.
 
@@ -16,11 +18,14 @@ lines are matched on a bounded slice around the prefilter hit.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import io
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import BinaryIO, cast
+from pathlib import Path
+from typing import Any, BinaryIO, cast
 
 from sparktui.core.safe_text import ANSI_RE
 from sparktui.knowledge.kb import KnowledgeBase, Pattern
@@ -29,6 +34,127 @@ try:  # google-re2 is a declared dependency; stay correct (slow) without it
     import re2 as _re2
 except ImportError:  # pragma: no cover - exercised only on broken installs
     _re2 = None
+
+_hs: Any
+try:  # optional (extra `fast`): a faster multi-pattern prefilter where its wheel installs
+    import hyperscan as _hs
+except ImportError:
+    _hs = None
+
+ENGINES = ("auto", "hyperscan", "re2")
+
+
+def available_engines() -> list[str]:
+    """Prefilter engines this install can use, fastest first."""
+    return [e for e, mod in (("hyperscan", _hs), ("re2", _re2)) if mod is not None]
+
+
+_HS_FLAGS = ("MULTILINE", "SINGLEMATCH", "ALLOWEMPTY")
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "sparktui"
+
+
+class _HsSet:
+    """The subset of `re2.Set` the matcher uses (`Match(buf) -> ids`), on Hyperscan.
+
+    Each expression reports at most once per scan (SINGLEMATCH): the matcher only needs
+    which prefilters occur in a region; their lines are then located with RE2. Byte
+    semantics (no UTF-8 flag), `^`/`$` at line ends (MULTILINE), as the RE2 set is built.
+    Compiling ~600 prefilters takes seconds, so the compiled database is cached under
+    `$XDG_CACHE_HOME/sparktui/` by the hash of its expressions (a stale or unreadable cache
+    file is just recompiled). Expressions Hyperscan rejects (look-around, backreferences)
+    are found by splitting the set and are left out: `rejected` lists their positions.
+    """
+
+    def __init__(self, exprs: list[bytes]) -> None:
+        assert _hs is not None
+        self.flags = 0
+        for name in _HS_FLAGS:
+            self.flags |= getattr(_hs, f"HS_FLAG_{name}")
+        key = hashlib.sha256(b"\0".join([repr(_HS_FLAGS).encode(), *exprs])).hexdigest()[:24]
+        cache = _cache_dir() / f"hyperscan-{getattr(_hs, '__version__', '')}-{key}.db"
+        self.rejected: list[int] = []
+        self.ids: list[int] = list(range(len(exprs)))
+        db = self._load(cache, len(exprs))
+        if db is None:
+            db, self.ids = self._compile_good(exprs, list(range(len(exprs))))
+            self.rejected = sorted(set(range(len(exprs))) - set(self.ids))
+            self._save(cache, db)
+        self.db = db
+        self.scratch = _hs.Scratch(db) if db is not None else None
+
+    def _load(self, cache: Path, n: int):
+        assert _hs is not None
+        try:
+            raw = cache.read_bytes()
+            meta, blob = raw.split(b"\n", 1)
+            ids = [int(x) for x in meta.split(b",") if x]
+            if ids and max(ids) >= n:
+                return None
+            self.ids = ids
+            self.rejected = sorted(set(range(n)) - set(ids))
+            return _hs.loadb(blob, mode=_hs.HS_MODE_BLOCK) if ids else None
+        except (OSError, ValueError, _hs.error):
+            return None
+
+    def _save(self, cache: Path, db) -> None:
+        assert _hs is not None
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+            blob = _hs.dumpb(db) if db is not None else b""
+            tmp.write_bytes(",".join(map(str, self.ids)).encode() + b"\n" + blob)
+            tmp.replace(cache)
+        except (OSError, _hs.error):   # no cache: compiled again next time
+            pass
+
+    def _compile(self, exprs: list[bytes], ids: list[int]):
+        assert _hs is not None
+        db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
+        db.compile(expressions=[exprs[i] for i in ids], ids=list(range(len(ids))),
+                   elements=len(ids), flags=[self.flags] * len(ids))
+        return db
+
+    def _compile_good(self, exprs: list[bytes], ids: list[int]):
+        """(database, the ids it holds, in database order): rejected ones split away."""
+        assert _hs is not None
+        if not ids:
+            return None, []
+        try:
+            return self._compile(exprs, ids), ids
+        except _hs.error:
+            if len(ids) == 1:
+                return None, []
+        good = self._good(exprs, ids)
+        return (self._compile(exprs, good) if good else None), good
+
+    def _good(self, exprs: list[bytes], ids: list[int]) -> list[int]:
+        assert _hs is not None
+        try:
+            self._compile(exprs, ids)
+            return ids
+        except _hs.error:
+            if len(ids) == 1:
+                return []
+        mid = len(ids) // 2
+        return self._good(exprs, ids[:mid]) + self._good(exprs, ids[mid:])
+
+    def Match(self, data) -> list[int]:  # noqa: N802 - re2.Set's name
+        """Positions (in the `exprs` given) of the expressions that occur in `data`."""
+        if self.db is None:
+            return []
+        found: list[int] = []
+
+        def on_match(i: int, _from: int, _to: int, _flags: int, _ctx: object) -> None:
+            found.append(i)
+
+        self.db.scan(bytes(data) if isinstance(data, memoryview) else data,
+                     match_event_handler=on_match, scratch=self.scratch)
+        ids = self.ids
+        return [ids[i] for i in found]
 
 CHUNK = 1 << 20                  # bytes per scan region
 MAX_EVAL = 64 * 1024             # longest text a full Python regex sees
@@ -144,7 +270,15 @@ def prefix_captures(text: str) -> dict[str, str]:
 class Matcher:
     """Compiled form of a knowledge base for scanning. Immutable; share it freely."""
 
-    def __init__(self, kb: KnowledgeBase) -> None:
+    def __init__(self, kb: KnowledgeBase, engine: str = "auto") -> None:
+        """`engine`: `hyperscan`, `re2`, or `auto` (Hyperscan when installed, else RE2)."""
+        if engine not in ENGINES:
+            raise ValueError(f"unknown matcher engine {engine!r} (one of {', '.join(ENGINES)})")
+        if engine == "auto":
+            engine = "hyperscan" if _hs is not None and _re2 is not None else "re2"
+        elif engine == "hyperscan" and (_hs is None or _re2 is None):
+            raise ValueError("matcher engine hyperscan: install it with pip install 'sparktui[fast]'")
+        self.engine = engine
         self.kb = kb
         self.patterns: tuple[Pattern, ...] = kb.patterns
         self.max_span = max((p.span for p in self.patterns), default=0)
@@ -155,6 +289,9 @@ class Matcher:
         self._fast: list[tuple[int, object]] = []   # (pattern index, re2 regex)
         self._slow: list[tuple[int, re.Pattern[bytes]]] = []   # RE2 cannot: Python re
         self._set = None
+        self._hs_set: _HsSet | None = None
+        self._hs: list[tuple[int, object]] = []   # (pattern index, re2 regex): in _hs_set
+        hs_exprs: list[bytes] = []
         set_entries: list[tuple[int, object]] = []
         if _re2 is not None:
             opts = _re2.Options()
@@ -169,11 +306,20 @@ class Matcher:
                 b = b"(?m)" + b   # ^ and $ are line anchors, as in Python re.M
                 try:
                     compiled = _re2.compile(b, opts)
-                    rset.Add(b)
                 except _re2.error:  # RE2 syntax gap (look-around, backrefs): Python re
                     self._slow.append((i, _py_bytes(rx)))
                     continue
+                if engine == "hyperscan":
+                    hs_exprs.append(_prefilter_bytes(rx) or b)   # (?m): the MULTILINE flag
+                    self._hs.append((i, compiled))
+                    continue
+                rset.Add(b)
                 set_entries.append((i, compiled))
+            if hs_exprs:
+                self._hs_set = _HsSet(hs_exprs)
+                for k in self._hs_set.rejected:   # Hyperscan cannot: the RE2 set
+                    rset.Add(b"(?m)" + hs_exprs[k])
+                    set_entries.append(self._hs[k])
             if set_entries:
                 rset.Compile()
                 self._set = rset
@@ -187,13 +333,10 @@ class Matcher:
         end = len(buf) if end is None else end
         view = memoryview(buf)[start:end]
         found: list[tuple[int, int]] = []
+        if self._hs_set is not None:
+            found += _locate(self._hs_set, self._hs, view, start)
         if self._set is not None:
-            ids = self._set.Match(view)
-            if ids:
-                for entry in ids:
-                    pidx, rx = self._fast[entry]
-                    for m in rx.finditer(view):
-                        found.append((start + m.start(), pidx))
+            found += _locate(self._set, self._fast, view, start)
         for pidx, prx in self._slow:
             for m in prx.finditer(buf, start, end):
                 found.append((m.start(), pidx))
@@ -218,6 +361,50 @@ class Matcher:
         sc = self.scanner()
         yield from sc.feed_stream(f, chunk)
         yield from sc.close()
+
+
+SUB = 8 * 1024                   # a region with hits is set-scanned again in blocks this big
+
+
+def _locate(rset: Any, entries: list[tuple[int, Any]], view: memoryview,
+            start: int) -> list[tuple[int, int]]:
+    """(offset, pattern index) of every prefilter match in `view` (at `start` in its buffer).
+
+    One set pass says which prefilters occur. In a big region, each ~8 KiB block of
+    whole lines is set-scanned again, and only the prefilters found in a block are run
+    (RE2) over that block: a region with 25 prefilters hitting costs 25 short runs, not 25
+    passes over the region. A prefilter seen in the region but in no block (a match across
+    a block's edge, e.g. `\\s` over a newline) runs over the whole region as before.
+    """
+    ids = rset.Match(view)
+    if not ids:
+        return []
+    found: list[tuple[int, int]] = []
+    n = len(view)
+    if n <= 2 * SUB:
+        for entry in ids:
+            pidx, rx = entries[entry]
+            found += [(start + m.start(), pidx) for m in rx.finditer(view)]
+        return found
+    left = set(ids)
+    whole: Any = view.obj
+    pos = 0
+    while pos < n:
+        cut = n if n - pos <= SUB else whole.find(b"\n", start + pos + SUB, start + n) - start
+        if cut < 0 or cut >= n:
+            cut = n
+        else:
+            cut += 1
+        block = view[pos:cut]
+        for entry in rset.Match(block) or ():
+            pidx, rx = entries[entry]
+            left.discard(entry)
+            found += [(start + pos + m.start(), pidx) for m in rx.finditer(block)]
+        pos = cut
+    for entry in left:
+        pidx, rx = entries[entry]
+        found += [(start + m.start(), pidx) for m in rx.finditer(view)]
+    return found
 
 
 def _prefilter_bytes(rx: str) -> bytes | None:
