@@ -41,6 +41,7 @@ ROLE_RANK = {"primary": 0, "generic": 1, "predictive": 2, "secondary": 3, "benig
              "context": 5, "fallback": 6, "hint": 7, "signal": 8}
 MAX_KEYS = 256   # values of an absence's `same` capture remembered per pattern
 UNRECOGNISED = "unrecognised-error"
+HINT_CAP = 3     # hits of one hint pattern that count towards its category's vote
 NO_ROOT_CAUSE = ("Root cause not in this log excerpt: only wrapper/aftermath messages were "
                  "found. ")
 NO_ROOT_CAUSE_FIX = ("Look at the first ERROR of EngineCore or a worker earlier in the log, or "
@@ -215,7 +216,8 @@ def _hinted(hints: list[Evidence], kb: KnowledgeBase, taken: set[str | None]) ->
     votes: dict[str, list[Evidence]] = {}
     for ev in hints:
         votes.setdefault(ev.first.pattern.category, []).append(ev)
-    best = min(votes.items(), key=lambda kv: (-sum(e.count for e in kv[1]),
+    # one keyword repeated in every traceback frame must not outvote several different ones
+    best = min(votes.items(), key=lambda kv: (-sum(min(e.count, HINT_CAP) for e in kv[1]),
                                               min(e.first.line for e in kv[1])))
     name, evs = best
     if name in taken:
