@@ -311,6 +311,9 @@ class Config(Model):
     ray: RayConfig = Field(default_factory=RayConfig)
     vllm: VllmConfig = Field(default_factory=VllmConfig)
     refresh_interval: Interval = 2.0
+    probe_concurrency: Annotated[int, AfterValidator(_between(1, 1024))] = 32
+    """At most this many node probes (SSH commands) in flight at once; the others wait
+    their turn within the tick."""
     theme: OptText = None
     read_only: bool = False
     keymap: dict[str, RawText] = Field(default_factory=dict)

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 
 from sparktui.config import Config
 from sparktui.core import checks
-from sparktui.core.command import sh
+from sparktui.core.command import Result, sh
 from sparktui.core.lifecycle import Lifecycle
 from sparktui.core.model import ClusterSnapshot, NodeState, RayView, VllmStatus, sort_findings
 from sparktui.core.phases import parse_log_tail
@@ -61,6 +61,10 @@ class Monitor:
         self.probe_timeout = 60.0  # the probe command has its own, shorter timeout
         # the configured backend, else the last one seen on the nodes (native: Ray not asked)
         self._backend_seen: str = cfg.backend
+        # at most probe_concurrency probes in flight; a node's silence counts from its turn
+        self._slots = asyncio.Semaphore(cfg.probe_concurrency)
+        self.in_flight = 0
+        self.max_in_flight = 0  # the most probes seen in flight at once (tests, bench)
 
     # ------------------------------------------------------------------ one node
 
@@ -74,12 +78,20 @@ class Monitor:
             vllm_port=self.cfg.vllm.port, query_ray=with_ray,
             ray_dashboard_port=self.cfg.ray.dashboard_port,
         )
-        start = time.monotonic()
-        try:
-            result = await transport.run(command)
-        except TransportError as e:
+        result: Result | TransportError
+        async with self._slots:
+            start = self._started[name] = time.monotonic()
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            try:
+                result = await transport.run(command)
+            except TransportError as e:
+                result = e
+            finally:
+                self.in_flight -= 1
+        if isinstance(result, TransportError):
             state.reachable = False
-            state.error = str(e).removeprefix(f"{name}: ")
+            state.error = str(result).removeprefix(f"{name}: ")
             return state
         state.probe_seconds = time.monotonic() - start
         if result.timed_out:
@@ -129,6 +141,23 @@ class Monitor:
         else:
             self._last_tokens = None
         return v
+
+    async def probe_now(self, name: str) -> ClusterSnapshot:
+        """Probe one node at once (the one the operator selected, a failing one) instead
+        of at its next tick, and return the snapshot with its answer; a probe of it
+        already in flight is awaited instead."""
+        if name not in self.states:
+            return self.snapshot()
+        task = self._tasks.get(name)
+        if task is None or task.done():
+            self._started[name] = time.monotonic()
+            task = self._tasks[name] = asyncio.create_task(
+                asyncio.wait_for(self._probe(name, False), self.probe_timeout))
+        try:
+            self.states[name] = sanitize(await asyncio.shield(task))
+        except Exception:  # the next tick reports it as usual
+            pass
+        return self.snapshot()
 
     # ------------------------------------------------------------------ ticks
 

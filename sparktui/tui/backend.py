@@ -115,6 +115,11 @@ class Backend:
         """One monitor tick (async I/O only; called from a worker)."""
         raise NotImplementedError
 
+    async def probe_now(self, node: str) -> ClusterSnapshot | None:
+        """Probe one node at once (selected in the console) and return the snapshot with
+        its answer; None where the backend cannot."""
+        return None
+
     async def follow_log(self) -> AsyncIterator[tuple[str, list[str], list[str]]]:
         """Batches of (node, lines, events) from the followed vLLM log, forever. Events say
         what happened to the stream itself ("connection lost: ...", "resumed ...")."""

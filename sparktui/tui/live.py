@@ -73,6 +73,10 @@ class LiveBackend(Backend):
             self._all_logs.set()
         return snap
 
+    async def probe_now(self, node: str) -> ClusterSnapshot | None:
+        probe = getattr(self.monitor, "probe_now", None)
+        return await probe(node) if probe is not None else None
+
     def want_all_logs(self) -> None:
         self._all_logs.set()
 

@@ -119,3 +119,26 @@ def _app(cfg: config_mod.Config, snapshot: ClusterSnapshot, theme: str):
         app.main.history[n.name] = deque(HISTORY["spark-1" if n.role == "head" else "spark-2"],
                                          maxlen=60)
     return app, backend
+
+
+def plain_lines(n: int = 60) -> list[str]:
+    """Log lines no knowledge-base pattern matches: the layout's snapshots do not move
+    when the knowledge base learns something (its own tests cover that)."""
+    return [f"(EngineCore pid=4242) INFO 12-01 08:{i // 60:02d}:{i % 60:02d} layout line {i}"
+            for i in range(n)]
+
+
+def plain_feeder(backend):
+    """run_before: stream plain_lines() in and wait until they are all shown."""
+    from tests.tui.support import detail_follows, shown, wait_until
+
+    async def run_before(pilot) -> None:
+        lines = plain_lines()
+        backend.feed(lines)
+        main = pilot.app.main
+        await wait_until(pilot, lambda: backend.queue.empty(), 10, "the log fed")
+        await shown(pilot, main.log_view, len(lines))
+        await detail_follows(pilot)
+        await pilot.wait_for_scheduled_animations()
+
+    return run_before

@@ -47,6 +47,7 @@ from sparktui.tui.widgets.node_table import NodeDetail, NodeTable, counts_by_nod
 from sparktui.tui.widgets.vllm_strip import VllmStrip
 
 HISTORY = 60  # memory samples kept per node (sparkline)
+PROBE_AGAIN = 2.0  # s: a node selected again within this is not probed again
 COPY_MAX_LINES = 1000  # OSC 52 payloads beyond ~100 KB are dropped by some terminals
 
 
@@ -78,6 +79,7 @@ class MainScreen(Screen[None]):
         self._log_applied = asyncio.Event()
         self.layout_plan: layout.Layout | None = None  # set on every resize (issue 17)
         self.log_full = False
+        self._probed_at: dict[str, float] = {}  # node -> when its selection probed it
 
     def compose(self) -> ComposeResult:
         cfg = self.cfg
@@ -308,6 +310,17 @@ class MainScreen(Screen[None]):
     @on(NodeTable.NodeSelected)
     def _node_selected(self, message: NodeTable.NodeSelected) -> None:
         self._draw_detail(message.name)
+        table = self.query_one(NodeTable)
+        last = self._probed_at.get(message.name, 0.0)
+        if table.has_focus and self._poll_enabled and time.monotonic() - last > PROBE_AGAIN:
+            self._probed_at[message.name] = time.monotonic()  # the operator's node: now
+            self.run_worker(self._probe_now(message.name), name=f"probe:{message.name}",
+                            group="probe", exit_on_error=False)
+
+    async def _probe_now(self, name: str) -> None:
+        snapshot = await self.backend.probe_now(name)
+        if snapshot is not None:
+            self.post_message(SnapshotUpdated(snapshot))
 
     @on(NodeTable.RowSelected)
     def _node_entered(self, event: NodeTable.RowSelected) -> None:

@@ -174,6 +174,7 @@ class NodeTable(DataTable[Text]):
         self._states: list[NodeState] = []
         self._counts: dict[str, tuple[int, int]] = {}
         self._order: list[str] = []
+        self._drawn: dict[str, list[list[tuple[str, str]]]] = {}  # name -> its cells shown
         self._announced: str | None = None
 
     def on_mount(self) -> None:
@@ -227,28 +228,48 @@ class NodeTable(DataTable[Text]):
             return Style()
 
     def _redraw(self) -> None:
+        """Rows in sort order. A row whose cells did not change is not touched (DataTable
+        caches each rendered row; rebuilding 32 rows per refresh cost a frame)."""
         if not self.is_mounted or not self.columns:
             return
         col = next(c for c in COLUMNS if c.key == self.sort_key)
         zero = (0, 0)
         nodes = sorted(self._states, key=lambda n: col.sort(n, self._counts.get(n.name, zero)),
                        reverse=self.sort_reverse)
+        order = [n.name for n in nodes]
+        cells = {n.name: row_cells(n, self._counts.get(n.name, zero),
+                                   self.containers.get(n.name), self.backend) for n in nodes}
         keep = self.selected
-        self.clear()
-        for n in nodes:
-            cells = row_cells(n, self._counts.get(n.name, zero), self.containers.get(n.name),
-                              self.backend)
-            texts = []
-            for pieces in cells:
-                t = Text(no_wrap=True, end="")
-                for text, slot in pieces:
-                    t.append(text, self._style(slot))
-                texts.append(t)
-            self.add_row(*texts, key=n.name)
-        self._order = [n.name for n in nodes]
-        if keep in self._order:
-            self.move_cursor(row=self._order.index(keep), animate=False)
+        if order != self._order:
+            self.clear()
+            self._drawn = {}
+            for name in order:
+                self.add_row(*self._texts(cells[name]), key=name)
+                self._drawn[name] = cells[name]
+            self._order = order
+            if keep in order:
+                self.move_cursor(row=order.index(keep), animate=False)
+        else:
+            for name in order:
+                old = self._drawn.get(name)
+                new = cells[name]
+                if old == new:
+                    continue
+                for i, (a, b) in enumerate(zip(old or [], new, strict=False)):
+                    if a != b:
+                        self.update_cell(name, COLUMNS[i].key, self._text(b),
+                                         update_width=True)
+                self._drawn[name] = new
         self._announce()
+
+    def _texts(self, cells: list[list[tuple[str, str]]]) -> list[Text]:
+        return [self._text(pieces) for pieces in cells]
+
+    def _text(self, pieces: list[tuple[str, str]]) -> Text:
+        t = Text(no_wrap=True, end="")
+        for text, slot in pieces:
+            t.append(text, self._style(slot))
+        return t
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()

@@ -1,0 +1,125 @@
+"""Issue 17: sparktui at cluster scale.
+
+1. 128 nodes refreshed at 1 Hz: 128 real sshd "nodes" on loopback 127.0.1.1-128 answering
+   with a lab worker's real captured probe output (the refresh bench's 64-node setup,
+   twice as many nodes), the real Monitor with its probe concurrency cap; CPU of the
+   jump-host process (target ≤ 25 % of one core).
+2. The console over a 32-node lab without Ray (real sshd and dockerd per node): the real
+   SparkApp headless at 200x50 (Textual's pilot; frames are composed, not written to a
+   terminal). Time from start to the first full screen (every node's row in the table
+   with an answer from its node), CPU while idle (a minute of refreshes at 2 s, no
+   keys), and key-to-render p99 while the 32 nodes refresh (down/up in the node table:
+   the key's handling and the next frame; target ≤ 150 ms).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import Row, limit_row
+from bench.refresh_bench import _fanout, _loopback_sshd
+from sparktui import config
+
+
+def _cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _fanout_row(quick: bool, n_nodes: int = 128) -> Row:
+    seconds, port = (10 if quick else 30), 22023
+    with tempfile.TemporaryDirectory(prefix="sparktui-bench-") as tmp:
+        d = Path(tmp)
+        procs = _loopback_sshd(n_nodes, port, d)
+        try:
+            time.sleep(0.5)
+            nodes = "\n".join(
+                f"  - {{name: n{i:03d}, host: 127.0.1.{i}, ip: 127.0.1.{i}"
+                + (", role: head}" if i == 1 else "}") for i in range(1, n_nodes + 1))
+            cfg = config.parse(
+                f"cluster: {{name: fanout}}\nrefresh_interval: 1\n"
+                f"ssh: {{user: root, port: {port}, identity_file: {d}/id, "
+                f"known_hosts: {d}/known_hosts}}\nnodes:\n{nodes}\n", "fanout.yaml")
+            cpu, ticks, reachable, probes = asyncio.run(_fanout(cfg, seconds))
+        finally:
+            for proc in procs:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(10)
+    pct = 100 * cpu / seconds
+    return limit_row(f"{n_nodes} nodes at 1 Hz: CPU of one core", pct, "%", 25,
+                     note=f"{ticks} ticks, {reachable}/{n_nodes} reachable, "
+                          f"{probes / seconds:.0f} probes/s answered")
+
+
+async def _console(cfg: config.Config, idle_s: float, keys: int) -> tuple[float, float, float]:
+    from sparktui.tui.app import SparkApp
+    from sparktui.tui.live import LiveBackend
+    from sparktui.tui.widgets.node_table import NodeTable
+
+    t0 = time.monotonic()
+    backend = LiveBackend(cfg, read_only=True)
+    app = SparkApp(backend)
+    async with app.run_test(size=(200, 50)) as pilot:
+        main = app.main
+
+        def full() -> bool:
+            snap = main.snapshot
+            table = main.query_one(NodeTable)
+            return (snap is not None and all(n.reachable for n in snap.nodes)
+                    and len(table.order) == len(cfg.nodes) and table.row_count == len(cfg.nodes))
+
+        while not full():
+            if time.monotonic() - t0 > 120:
+                raise RuntimeError("the console did not show every node within 120 s")
+            await pilot.pause(0.05)
+        first = time.monotonic() - t0
+        c0, w0 = _cpu(), time.monotonic()
+        await asyncio.sleep(idle_s)
+        idle = 100 * (_cpu() - c0) / (time.monotonic() - w0)
+        main.query_one(NodeTable).focus()
+        lat = []
+        for i in range(keys):
+            k = time.perf_counter()
+            await pilot.press("down" if i % 8 < 4 else "up")
+            await pilot.pause()  # the frame after the key
+            lat.append(time.perf_counter() - k)
+            await asyncio.sleep(0.1)
+        lat.sort()
+        p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+    await backend.close()
+    return first, idle, p99
+
+
+def _console_rows(quick: bool, n_nodes: int = 32) -> list[Row]:
+    from tests.lab import lab as labmod
+
+    t_up = time.monotonic()
+    lab = labmod.up(nodes=n_nodes, ray=False, owner_pid=os.getpid())
+    t_up = time.monotonic() - t_up
+    try:
+        cfg = config.load(str(lab.config_path))
+        first, idle, p99 = asyncio.run(_console(cfg, 15 if quick else 60, 40 if quick else 150))
+    finally:
+        labmod.down(lab)
+    note = f"{n_nodes}-node lab, no Ray (lab up {t_up:.0f} s), 200x50, refresh {cfg.refresh_interval:g} s"
+    return [
+        Row(f"console, {n_nodes} lab nodes: first full screen", first, "s", note=note),
+        Row(f"console, {n_nodes} lab nodes: CPU while idle", idle, "%", note="of one core"),
+        limit_row(f"console, {n_nodes} lab nodes: key-to-render p99", p99 * 1000, "ms", 150,
+                  note="node table up/down while the nodes refresh"),
+    ]
+
+
+def run(quick: bool) -> list[Row]:
+    return [_fanout_row(quick), *_console_rows(quick)]
+
+
+if __name__ == "__main__":
+    for r in run(quick=True):
+        print(r)
