@@ -123,7 +123,7 @@ def test_wrapped_message_with_prefixed_continuation_lines(m):
 def test_continuation_arriving_later_still_matches(m):
     sc = m.scanner()
     first = sc.feed(b"ray.exceptions.OutOfMemoryError: 1 worker(s) were killed due to the node\n")
-    assert [h.id for h in first if h.pattern.role not in ("fallback", "signal")] == []
+    assert [h.id for h in first if h.pattern.role not in ("fallback", "signal", "hint")] == []
     later = sc.feed(b"running low on memory. Memory on the node (IP: 10.99.0.2) was\n"
                     b"113.76GB / 119.70GB (0.950345)\n")
     hit = next(h for h in later if h.id == "spark.ray_oom_monitor")
