@@ -31,6 +31,9 @@ LOG_TAIL_BYTES = 262144  # the end of vllm.log read for the start-up phase, whil
 
 RAY_ALLOWANCE = 8.0  # the head's Ray query may take this long before it counts as silence
 RAY_EVERY = 3  # the Ray table costs ~1 s of Python in the head container: every Nth tick
+# ... unless the head lists who is connected to Ray's GCS: then only when that (or a node's
+# reachability, or a Ray container) changed since the table was read, or it is this old
+RAY_MAX_AGE = 120.0
 
 
 def _fresh_state(cfg: Config, name: str) -> NodeState:
@@ -55,6 +58,10 @@ class Monitor:
         self._ray_nodes: list = []
         self._ray_error: str | None = "not read yet"
         self._ray_source: str | None = None
+        self._ray_via: str | None = None    # dashboard | python: how the table was last read
+        self._ray_read_at: float | None = None
+        self._ray_key_read: tuple | None = None   # _ray_key() when the table was last read
+        self._gcs_peers: tuple[str, ...] | None = None   # from the head's last probe
         self._vllm = VllmStatus()
         self._last_tokens: tuple[float, float] | None = None
         self.lifecycle = Lifecycle(cfg.vllm.stall_seconds)  # phases, stalls, latency
@@ -105,10 +112,14 @@ class Monitor:
             return state
         parsed.apply_to(state)
         if ncfg.role == "head":
+            self._gcs_peers = parsed.gcs_peers
             if parsed.ray_nodes is not None or parsed.ray_error:
                 self._ray_nodes = sanitize(dedupe_by_ip(parsed.ray_nodes or []))
                 self._ray_error = parsed.ray_error and clean_text(parsed.ray_error)
                 self._ray_source = name
+                self._ray_via = parsed.ray_source
+                self._ray_read_at = time.monotonic()
+                self._ray_key_read = self._ray_key(state)
             self._vllm = sanitize(self._vllm_status(parsed))
             await self._read_phase(transport)
             self.lifecycle.feed_status(self._vllm, time.monotonic())
@@ -161,12 +172,37 @@ class Monitor:
 
     # ------------------------------------------------------------------ ticks
 
+    def _ray_key(self, head_state: NodeState | None = None) -> tuple:
+        """What the Ray table depends on, as the probes see it: the GCS's remote peers, each
+        node's reachability and its Ray container (id, state)."""
+        key: list = [self._gcs_peers]
+        for name, st in self.states.items():
+            if head_state is not None and name == head_state.name:
+                st = head_state
+            c = self.cfg.node(name)
+            cname = c.container.name if c is not None else None
+            key.append((name, st.reachable, tuple((x.id, x.state) for x in st.containers
+                                                  if x.name == cname)))
+        return tuple(key)
+
+    def _want_ray(self) -> bool:
+        """Whether this tick asks for the Ray table. Without the GCS peer list (old probe,
+        no awk, Ray not on the host network) or with the dashboard answering (cheap), every
+        RAY_EVERY ticks; else when what it depends on changed, after an error, or when the
+        table is RAY_MAX_AGE old: no Python start in the container on an idle cluster."""
+        every = self.tick % RAY_EVERY == 0
+        if self._gcs_peers is None or self._ray_via == "dashboard" or self._ray_error:
+            return every
+        if self._ray_read_at is None or time.monotonic() - self._ray_read_at >= RAY_MAX_AGE:
+            return True
+        return self._ray_key() != self._ray_key_read
+
     async def refresh(self, *, wait: float | None = None, with_ray: bool | None = None
                       ) -> ClusterSnapshot:
         """Start a probe on every idle node, wait up to `wait` seconds (None: until all
         finish), and return the snapshot of what is known now."""
         if with_ray is None:
-            with_ray = self.tick % RAY_EVERY == 0
+            with_ray = self._want_ray()
         if self._backend_seen == "native":
             with_ray = False  # no Ray in this mode: its table is never asked for
         self.tick += 1

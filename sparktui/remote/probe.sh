@@ -5,8 +5,9 @@
 #  $1 container name ('' = none)   $2 is_head (1/0)   $3 vLLM port ('' = don't ask vLLM)
 #  $4 ray: auto|dashboard|python|off   $5 Ray dashboard port   $6 Ray query timeout (s)
 #  $7 ray_nodes.py   $8 probe_env.sh   $9 http_get.py
+#  $10 Ray GCS port in hex ('' = don't list its connections)
 C=$1; HEAD=$2; VPORT=$3; RAYVIA=$4; DPORT=$5; RAYT=$6
-SNIP=$7; ENVS=$8; HTTPPY=$9
+SNIP=$7; ENVS=$8; HTTPPY=$9; GPORT=${10}
 LC_ALL=C; export LC_ALL
 have() { command -v "$1" >/dev/null 2>&1; }
 if have timeout; then T() { timeout "$@"; }; else T() { shift; "$@"; }; fi
@@ -87,6 +88,19 @@ if have docker; then
 else
   mark containers missing
   mark env skipped:no-docker
+fi
+
+# Who is connected to Ray's GCS (remote endpoints of established TCP connections to its
+# port): a node joining, leaving or reconnecting changes it, so the console asks for the
+# Ray table (a Python start in the container) when it changes, not every few ticks.
+if [ "$HEAD" = 1 ] && [ -n "$GPORT" ]; then
+  if have awk; then
+    beg gcs_conns
+    awk -v p=":$GPORT" 'toupper(substr($2, length($2) - 4)) == p && $4 == "01" { print $3 }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
+    fin gcs_conns rc=0
+  else
+    mark gcs_conns missing
+  fi
 fi
 
 # The Ray table (~1 s of Python in the head container) runs alongside the other sections.

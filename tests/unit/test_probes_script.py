@@ -243,3 +243,29 @@ def test_undeclared_section_is_kept_but_not_parsed() -> None:
     res = parse_probe(out)
     assert res.complete and res.hostname == "spark-1"
     assert "newthing" in res.sections and res.errors == {"newthing": "exit 1: x"}
+
+
+# --- issue 19: who is connected to Ray's GCS ---------------------------------------------
+
+# /proc/net/tcp6 rem_address column as the lab head printed it (v4-mapped), plus a
+# /proc/net/tcp (v4) loopback row: a worker's two connections and the head's own ones
+GCS_CONNS = """0000000000000000FFFF00000C0C13C6:E3D6
+0000000000000000FFFF00000B0C13C6:E4FE
+0000000000000000FFFF00000C0C13C6:86A8
+0100007F:C4A2
+"""
+
+
+def test_gcs_conns_lists_remote_peers_without_the_heads_own():
+    from sparktui.core.probes.script import parse_gcs_conns
+
+    assert parse_gcs_conns(GCS_CONNS, {"198.19.12.11"}) == (
+        "198.19.12.12:34472", "198.19.12.12:58326")
+    assert parse_gcs_conns("", set()) == ()
+
+
+def test_probe_passes_the_gcs_port_in_hex():
+    from sparktui.core.probes.script import build_probe
+
+    assert build_probe("h", "c", True, gcs_port=6379).argv[-1] == "18EB"
+    assert build_probe("h", "c", True).argv[-1] == ""   # not listed

@@ -169,13 +169,14 @@ def test_section_table_shape() -> None:
     assert order.index("health") < order.index("metrics") < order.index("version")
     assert probe.MISSING_TOOL == {
         "addr": "ip", "containers": "docker", "gpus": "nvidia-smi", "gpu_apps": "nvidia-smi",
-        "health": "curl or python3"}
+        "health": "curl or python3", "gcs_conns": "awk"}
+    assert order.index("addr4") < order.index("gcs_conns")  # the head's own IPs are left out
     assert probe.PROBE_SCRIPT.count(probe.SENTINEL) >= 3
 
 
 def test_probe_hands_on_the_helper_programs() -> None:
     cmd = probe.build_probe("n", "c", True)
-    assert cmd.argv[-3:] == (ray_probe.RAY_NODES_SNIPPET, probe.ENV_SCRIPT, probe.HTTP_PY)
+    assert cmd.argv[-4:] == (ray_probe.RAY_NODES_SNIPPET, probe.ENV_SCRIPT, probe.HTTP_PY, "")
     assert ray_probe.RAY_NODES_SNIPPET == script("ray_nodes.py")
 
 

@@ -81,6 +81,7 @@ def build_probe(
     ray_dashboard_port: int = 8265,
     ray_timeout: float = 8.0,
     timeout: float = 45.0,
+    gcs_port: int | None = None,
 ) -> Command:
     """The one read-only command that probes `node_name` this tick.
 
@@ -90,7 +91,9 @@ def build_probe(
     inside the container; `dashboard` or `python` use only one. Ray and vLLM are asked only
     when `is_head`; `vllm_port=None` skips vLLM. Each step has its own limit (docker ps 8 s,
     env 5 s, nvidia-smi 5 s each, Ray `ray_timeout` + 2 s, HTTP 2 s each), so the worst case
-    stays under the default overall `timeout`.
+    stays under the default overall `timeout`. `gcs_port`: on the head, list the remote
+    endpoints connected to Ray's GCS on that port (section gcs_conns, from /proc/net/tcp*),
+    so the monitor can ask for the Ray table only when they change.
     """
     via = ray_via if query_ray else "off"
     args = (
@@ -103,6 +106,7 @@ def build_probe(
         RAY_NODES_SNIPPET,
         ENV_SCRIPT,
         HTTP_PY,
+        "" if gcs_port is None else f"{int(gcs_port):04X}",
     )
     return sh(PROBE_SCRIPT, *args, mutating=False, timeout=timeout,
               description=f"probe {node_name}")
@@ -168,6 +172,7 @@ class ProbeResult:
     ray_nodes: list[RayNode] | None = None  # None: not asked (worker, or skipped this tick)
     ray_source: str | None = None  # dashboard | python
     ray_error: str | None = None
+    gcs_peers: tuple[str, ...] | None = None  # remote ip:port on Ray's GCS port (head); None: not listed
     vllm: VllmStatus | None = None  # None: not asked (worker, or no port)
     vllm_http_code: int | None = None
     missing: list[str] = field(default_factory=list)  # sections whose tool is not installed
@@ -298,6 +303,40 @@ def _ray(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
             res.ray_error = f"{res.ray_error} ({sec.error()})"
 
 
+def _hex_ip(h: str) -> str:
+    """/proc/net/tcp's address hex (little-endian words) -> dotted IPv4, or v6 hex."""
+    if len(h) == 8:
+        return ".".join(str(int(h[i:i + 2], 16)) for i in (6, 4, 2, 0))
+    if len(h) == 32 and h[:24].upper() == "0000000000000000FFFF0000":  # v4-mapped
+        return _hex_ip(h[24:])
+    return h.lower()
+
+
+def parse_gcs_conns(text: str, own_ips: set[str] | frozenset[str] = frozenset()
+                    ) -> tuple[str, ...]:
+    """Remote endpoints (`ip:port`, sorted) of the GCS connections, from /proc/net/tcp's
+    `rem_address` column. Loopback and the node's own addresses are left out: the head's
+    own clients (a Ray table query among them) come and go without the table changing."""
+    out = set()
+    for line in text.split():
+        addr, _, port = line.partition(":")
+        if not port:
+            continue
+        try:
+            ip, num = _hex_ip(addr), int(port, 16)
+        except ValueError:
+            continue
+        if ip.startswith("127.") or ip in own_ips or ip == "0" * 31 + "1":
+            continue
+        out.add(f"{ip}:{num}")
+    return tuple(sorted(out))
+
+
+def _gcs_conns(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
+    own = {ip.split("/")[0] for i in res.interfaces for ip in i.ipv4}
+    res.gcs_peers = parse_gcs_conns(sec.body, own) if sec.ok else None
+
+
 def _health(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
     st = VllmStatus()
     res.vllm = st
@@ -362,6 +401,7 @@ SECTIONS: tuple[SectionSpec, ...] = (
     SectionSpec("env", "env", _env),  # also env_pid, env_source, vllm_argv
     SectionSpec("ray_dashboard", "ray_nodes", _ray_dashboard),  # also ray_source, ray_error
     SectionSpec("ray", "ray_nodes", _ray),  # the Python route; also ray_source, ray_error
+    SectionSpec("gcs_conns", "gcs_peers", _gcs_conns, tool="awk"),  # who is on Ray's GCS
     SectionSpec("health", "vllm", _health, tool="curl or python3"),  # also vllm_http_code
     SectionSpec("metrics", "vllm", _metrics),
     SectionSpec("version", "vllm", _version),
