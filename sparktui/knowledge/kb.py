@@ -51,7 +51,8 @@ UNKNOWN = "unknown"
 ALL_CATEGORIES: tuple[str, ...] = (*CATEGORIES, UNKNOWN)
 DEFAULT_SEVERITY = {"primary": "error", "generic": "error", "secondary": "error",
                     "predictive": "warning", "context": "info", "benign": "info",
-                    "fallback": "error", "hint": "warning", "signal": "info"}
+                    "fallback": "error", "hint": "warning", "signal": "info",
+                    "healthy": "info"}
 MAX_SPAN = 10
 DEFAULT_SPAN = 2
 # Captures every hit gets from the line's Ray/vLLM prefix: "(Name pid=N, ip=X)".
@@ -59,7 +60,7 @@ PREFIX_CAPTURES = ("node_ip", "process")
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,79}$")
 Role = Literal["primary", "generic", "predictive", "secondary", "context", "benign", "fallback",
-               "hint", "signal"]
+               "hint", "signal", "healthy"]
 Severity = Literal["error", "warning", "info"]
 ROLES: tuple[str, ...] = get_args(Role)
 SEVERITIES: tuple[str, ...] = get_args(Severity)

@@ -19,8 +19,9 @@
   exception or an ERROR/FATAL line, an `unrecognised-error` finding quotes the last one.
 - Hints name the likely category when nothing more specific does: a category's keywords
   (`hint` patterns: NCCL, /dev/shm, placement group, ...) counted over the log, the category
-  with the most hits wins - but only in a log that shows it failed (a fallback or `signal`
-  hit: an exception, `failed`, `timed out`, `Killed`, ...), never in a healthy one.
+  with the most hits wins - but only in a log that shows it failed (a fallback hit, or a
+  `signal` word - `failed`, `timed out`, `Killed`, ... - in a log without a `healthy` line
+  such as `Application startup complete`), never in a healthy one.
 
 `Diagnosis` accumulates hits with bounded memory (first hit and a count per pattern), so a
 live log can feed it for days.
@@ -38,7 +39,7 @@ from sparktui.knowledge.kb import KnowledgeBase, Pattern
 from sparktui.knowledge.matcher import Hit, Matcher
 
 ROLE_RANK = {"primary": 0, "generic": 1, "predictive": 2, "secondary": 3, "benign": 4,
-             "context": 5, "fallback": 6, "hint": 7, "signal": 8}
+             "context": 5, "fallback": 6, "hint": 7, "signal": 8, "healthy": 9}
 MAX_KEYS = 256   # values of an absence's `same` capture remembered per pattern
 UNRECOGNISED = "unrecognised-error"
 HINT_CAP = 3     # hits of one hint pattern that count towards its category's vote
@@ -158,14 +159,15 @@ def triage(evidence: dict[str, Evidence] | Iterable[Hit], kb: KnowledgeBase, *,
     fallback: list[Evidence] = []
     hints: list[Evidence] = []
     signals: list[Evidence] = []
+    healthy: list[Evidence] = []
     for pid, ev in evidence.items():
         p = ev.first.pattern
         cat = reroute.get(pid, p.category)
         if p.role == "fallback":
             fallback.append(ev)
             continue
-        if p.role in ("hint", "signal"):
-            (hints if p.role == "hint" else signals).append(ev)
+        if p.role in ("hint", "signal", "healthy"):
+            {"hint": hints, "signal": signals, "healthy": healthy}[p.role].append(ev)
             continue
         if p.unless_later and not (final and _unfinished(ev, p, evidence)):
             continue
@@ -195,12 +197,14 @@ def triage(evidence: dict[str, Evidence] | Iterable[Hit], kb: KnowledgeBase, *,
     for i, g in enumerate(ordered):
         out.append(_finding(g, kb, context.get(g.category, []), demoted,
                             wrapper_only=(i == 0 and g.role == "secondary")))
-    # after the named causes (a stalled load, a handshake that never finished), before
-    # warnings and wrappers - when no error finding stands; else last
+    # after the named causes and the warnings that name one (a stalled load, a handshake
+    # that never finished, a GPU shortfall warned of), before wrappers - when no error
+    # finding stands; else last
     quiet = not any(f.severity == "error" for f in out)
-    named = next((i for i, g in enumerate(ordered) if key(g)[0] > ROLE_RANK["generic"]),
+    named = next((i for i, g in enumerate(ordered) if key(g)[0] > ROLE_RANK["predictive"]),
                  len(ordered)) if quiet else len(out)
-    failed = fallback or signals or any(g.role in ("predictive", "secondary") for g in ordered)
+    # a log that shows the server serving is not failed for its warnings' words alone
+    failed = fallback or (signals and not healthy)
     if hints and failed and not any(g.role in ("primary", "generic") for g in ordered):
         hinted = _hinted(hints, kb, {f.category for f in out})
         if hinted is not None:

@@ -20,9 +20,10 @@ LAB_LOGS = Path(__file__).resolve().parent.parent / "fixtures" / "vllm" / "lab"
 EXPECTED: dict[str, tuple[str, str] | None] = {
     # sparktui restart + serve, TP=2 over Ray, then 24 completions: nothing to report
     "serve_tp2_healthy.vllm.log": None,
-    # the worker's raylet SIGKILLed while serving: vLLM's rank 1 dies (only the aftermath
-    # is in the driver's log: the finding says the root cause is elsewhere)
-    "serve_tp2_worker_raylet_killed.vllm.log": ("ray.worker_proc_died",
+    # the worker's raylet SIGKILLed while serving: vLLM's rank 1 dies; the driver's log
+    # carries Ray's "Raylet is terminated. Termination is unexpected" (the knowledge base's
+    # second round names that before the worker-death wrapper)
+    "serve_tp2_worker_raylet_killed.vllm.log": ("ray.raylet_terminated",
                                                 "ray_worker_died_segfault"),
     "serve_tp2_worker_raylet_killed.spark-1.ray.log": None,  # the head's Ray: fine
     # the worker's `ray start --block`: "Some Ray subprocesses exited unexpectedly: raylet
