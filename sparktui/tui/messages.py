@@ -19,8 +19,8 @@ class SnapshotUpdated(Message):
 
 
 @dataclass
-class LogBatch(Message):
-    """New lines from a followed log, in order."""
+class LogArrived(Message):
+    """New lines from a followed log, in order (carries a core.logs.LogBatch's content)."""
 
     node: str
     lines: list[str]

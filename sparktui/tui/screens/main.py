@@ -34,7 +34,7 @@ from sparktui.core.model import ClusterSnapshot, Finding, NodeState, sort_findin
 from sparktui.tui import actions as registry
 from sparktui.tui import layout
 from sparktui.tui.backend import Backend, PlanView, Progress
-from sparktui.tui.messages import ActionFinished, ActionProgress, LogBatch, SnapshotUpdated
+from sparktui.tui.messages import ActionFinished, ActionProgress, LogArrived, SnapshotUpdated
 from sparktui.tui.screens.confirm import ConfirmScreen
 from sparktui.tui.screens.doctor import DoctorScreen
 from sparktui.tui.screens.help import HelpScreen
@@ -162,7 +162,7 @@ class MainScreen(Screen[None]):
             if lines or events:
                 await applied.wait()
                 applied.clear()
-                self.post_message(LogBatch(node, list(lines), list(events)))
+                self.post_message(LogArrived(node, list(lines), list(events)))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """Every collector's end and every failure, in one place."""
@@ -222,13 +222,13 @@ class MainScreen(Screen[None]):
             self._join_log_findings()
         self._show_findings()
 
-    def on_log_batch(self, message: LogBatch) -> None:
+    def on_log_arrived(self, message: LogArrived) -> None:
         try:
             self._apply_log_batch(message)
         finally:
             self._log_applied.set()
 
-    def _apply_log_batch(self, message: LogBatch) -> None:
+    def _apply_log_batch(self, message: LogArrived) -> None:
         if message.events:
             self.query_one(LogPane).set_stream_state(message.events[-1])
         view = self.log_view
