@@ -83,7 +83,7 @@ class Monitor:
         command = probe_script.build_probe(
             name, ncfg.container.name, is_head=ncfg.role == "head",
             vllm_port=self.cfg.vllm.port, query_ray=with_ray,
-            ray_dashboard_port=self.cfg.ray.dashboard_port,
+            ray_dashboard_port=self.cfg.ray.dashboard_port, gcs_port=self.cfg.ray.port,
         )
         result: Result | TransportError
         async with self._slots:
