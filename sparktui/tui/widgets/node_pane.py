@@ -10,7 +10,8 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Static
 
-from sparktui.core.model import NodeState
+from sparktui.core.checks import IFNAME_VARS
+from sparktui.core.model import NodeState, ip_mismatch
 from sparktui.core.secrets import mask_secrets
 
 OK = "$node-ok"
@@ -18,7 +19,6 @@ DOWN = "$node-down"
 STALE = "$node-stale"
 MISMATCH = "bold $ip-mismatch"
 MUTED = "$muted"
-IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
 
 @dataclass(frozen=True)
@@ -52,12 +52,7 @@ def memory_of(node: NodeState) -> Memory | None:
 
 def ip_problem(node: NodeState) -> tuple[bool, bool]:
     """(Ray's IP differs from the configured one, VLLM_HOST_IP differs from Ray's/configured)."""
-    reg = node.ray.registered_ip
-    ray_bad = bool(reg and node.configured_ip and reg != node.configured_ip)
-    host_ip = node.env.get("VLLM_HOST_IP")
-    want = reg or node.configured_ip
-    host_bad = bool(host_ip and want and host_ip != want)
-    return ray_bad, host_bad
+    return ip_mismatch(node.configured_ip, node.ray.registered_ip, node.env.get("VLLM_HOST_IP"))
 
 
 def _gib(mib: int) -> str:
