@@ -11,6 +11,7 @@ as long as keepalive allows, and the operator must see it within two refreshes.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -26,6 +27,8 @@ from sparktui.core.safe_text import clean_text, sanitize
 from sparktui.core.ssh import transport_for
 from sparktui.core.transport import Transport, TransportError
 from sparktui.remote import script
+
+log = logging.getLogger(__name__)
 
 LOG_TAIL_BYTES = 262144  # the end of vllm.log read for the start-up phase, while not healthy
 
@@ -167,7 +170,7 @@ class Monitor:
         try:
             self.states[name] = sanitize(await asyncio.shield(task))
         except Exception:  # the next tick reports it as usual
-            pass
+            log.debug("on-demand probe of %s failed", name, exc_info=True)
         return self.snapshot()
 
     # ------------------------------------------------------------------ ticks

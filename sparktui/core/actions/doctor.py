@@ -7,6 +7,7 @@ and busy ports. Everything comes back as Findings."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,8 @@ from sparktui.core.probes.fabric import (
 )
 from sparktui.core.transport import Transport, TransportError
 from sparktui.remote import script
+
+log = logging.getLogger(__name__)
 
 # $1 container, $2 configured image ('' = none), $3 model path ('' = not a local path),
 # $4 the peers' ips, $5 the GCS <ip>:<port>, $6 doctor_container.py, $7 doctor_net.py.
@@ -406,7 +409,7 @@ def doctor_plan(cfg: Config) -> Plan:
             commands.append(probe_script.build_probe(
                 n.name, n.container.name, n.role == "head", cfg.vllm.port))
         except Exception:  # the probe module's API: best effort for a dry-run listing
-            pass
+            log.warning("building the probe of %s for the plan failed", n.name, exc_info=True)
         commands.append(doctor_command(cfg, n.name))
         steps.append(Step(n.name, "probe the node (read-only)", tuple(commands)))
     return Plan("doctor", [Stage("probe every node", tuple(steps))], source="checks",

@@ -35,13 +35,13 @@ def _samples(text: str) -> dict[str, list[float]]:
 
     try:
         feed(text)
-    except Exception:  # the parser raises ValueError (and others) on junk
+    except (ValueError, TypeError, IndexError, KeyError):  # the parser's errors on junk
         out.clear()
         for line in text.splitlines():
             if line.startswith("vllm:"):
                 try:
                     feed(line + "\n")
-                except Exception:
+                except (ValueError, TypeError, IndexError, KeyError):
                     continue
     return out
 
@@ -52,7 +52,7 @@ def parse_histograms(text: str) -> dict[str, Histogram]:
     out: dict[str, Histogram] = {}
     try:
         families = list(text_string_to_metric_families(text))
-    except Exception:  # junk in the text: no latency this time (the gauges have a fallback)
+    except (ValueError, TypeError, IndexError, KeyError):  # junk: no latency this time
         return out
     for family in families:
         if family.name not in HISTOGRAMS or family.type != "histogram":
