@@ -395,3 +395,24 @@ def test_status_text_shows_backend_and_ranks():
     d = snapshot_to_dict(s)
     assert d["backend"]["name"] == "native" and d["nodes"][1]["vllm_process"] is None
     assert d["nodes"][0]["vllm_process"]["node_rank"] == 0
+
+
+def test_knowledge_base_diagnoses_each_rank_log():
+    """The real logs of the wrong-master run: rank 1 names the address it could not reach,
+    rank 0 the rendezvous that only 1/2 joined; the healthy ranks' logs raise nothing."""
+    from sparktui.knowledge import Matcher, diagnose_bytes, load_builtin
+
+    m = Matcher(load_builtin())
+
+    def diag(name: str):
+        return diagnose_bytes((FIX / name).read_bytes(), m)
+
+    [w, *_] = diag("native_wrong_master.spark-2.log")
+    assert (w.id, w.severity) == ("eng.native_master_unreachable", "error")
+    assert w.captures["addr"] == "198.19.10.99" and w.captures["port"] == "29501"
+    assert "198.19.10.99:29501" in w.message and "--master-addr" in w.fix
+    [h, *_] = diag("native_wrong_master.spark-1.log")
+    assert h.id == "eng.rendezvous_clients"
+    assert (h.captures["joined"], h.captures["world"]) == ("1", "2")
+    for name in ("native_healthy.spark-1.log", "native_healthy.spark-2.log"):
+        assert [f for f in diag(name) if f.severity == "error"] == [], name
