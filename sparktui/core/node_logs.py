@@ -29,6 +29,10 @@ from sparktui.core.transport import Transport, TransportError
 
 WORKER_LOGS_PER_NODE = 6  # the newest worker-*.out/err followed per node
 DOCKER_INITIAL_LINES = 200
+# the other nodes' logs are context: a stream that ends (a container not there yet, a
+# node down) is tried again after 5 s, then up to a minute - not at the head log's pace,
+# which on 32 nodes opened hundreds of SSH channels in ten seconds
+OTHER_BACKOFF = (5.0, 60.0)
 
 
 def sources(cfg: Config) -> list[str]:
@@ -69,7 +73,8 @@ async def follow_cluster_logs(cfg: Config, transports: dict[str, Transport], *,
         for n in cfg.nodes:
             if n.container.name:
                 start(DockerLogFollower(transports[n.name], n.container.name, node=n.name,
-                                        initial_lines=DOCKER_INITIAL_LINES))
+                                        initial_lines=DOCKER_INITIAL_LINES,
+                                        backoff=OTHER_BACKOFF))
         while True:
             for n in cfg.nodes:
                 if not n.container.name:
@@ -83,7 +88,8 @@ async def follow_cluster_logs(cfg: Config, transports: dict[str, Transport], *,
                     if path not in followed[n.name]:
                         followed[n.name].add(path)
                         f: FileFollower = ray_worker_follower(
-                            transports[n.name], path, node=n.name, container=n.container.name)
+                            transports[n.name], path, node=n.name, container=n.container.name,
+                            backoff=OTHER_BACKOFF)
                         start(f)
             await asyncio.sleep(relist)
 
