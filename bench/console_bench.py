@@ -188,7 +188,7 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def _rounds(app: PtyWatch, ref: PtyWatch, fds: dict[str, int], key: str, first: int,
-            n: int) -> tuple[list[float], list[float], int]:
+            n: int, timeout: float = 10.0) -> tuple[list[float], list[float], int]:
     def write(side: str, num: int) -> int:
         line = f"INFO 12-01 09:00:00 [bench.py:1] {key}n{num}e done\n".encode()
         t0 = time.monotonic_ns()
@@ -202,7 +202,7 @@ def _rounds(app: PtyWatch, ref: PtyWatch, fds: dict[str, int], key: str, first: 
             time.sleep(random.uniform(0.05, 0.25))
             t0 = write(side, num)
             w = app if side == "app" else ref
-            if w.wait(num, 10):
+            if w.wait(num, timeout):
                 lat[side] = (w.at[num] - t0) / 1e9
         if len(lat) == 2:
             a.append(lat["app"])
@@ -305,8 +305,9 @@ def figures(lab, n_lines: int, idle_s: float) -> dict:
         bg.start()
         t = time.monotonic()
         time.sleep(2)
+        # a line not on the terminal within 2 s counts as lost (scrolled past unseen)
         out["app_bg"], out["ref_bg"], out["lost_bg"] = _rounds(app, ref, fds, key, 10_000,
-                                                               n_lines)
+                                                               n_lines, 2.0)
         bg.stop.set()
         bg.join()
         out["bg_rate"] = bg.lines / (time.monotonic() - t)
