@@ -823,6 +823,9 @@ async def test_native_wrong_master_addr_reproduced_and_diagnosed(vllm_lab, state
     assert clients[0].captures.get("joined") == "1" and clients[0].captures.get("world") == "2"
     store = [f for f in findings if f.node == worker.name and f.category == "engine_startup"]
     assert store, [(f.id, f.node) for f in findings]
+    # the knowledge base names the address rank 1 could not reach, and how to fix it
+    [unreachable] = [f for f in store if f.id == "eng.native_master_unreachable"]
+    assert f"{wrong}:29501" in unreachable.message and "--master-addr" in unreachable.fix
     assert f"[{worker.name}]" in tail and f"[{head.name}]" in tail
     wlog = vllmmod.host_log_path(lab, worker).read_text(errors="replace")
     assert f"failed to connect to any network address of ({wrong}, 29501)" in wlog
