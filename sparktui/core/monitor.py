@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 
 from sparktui.config import Config
 from sparktui.core import checks
-from sparktui.core.command import Result, sh
+from sparktui.core.command import Result
 from sparktui.core.lifecycle import Lifecycle
 from sparktui.core.model import ClusterSnapshot, NodeState, RayView, VllmStatus, sort_findings
 from sparktui.core.phases import parse_log_tail
@@ -26,7 +26,6 @@ from sparktui.core.probes.ray import dedupe_by_ip
 from sparktui.core.safe_text import clean_text, sanitize
 from sparktui.core.ssh import transport_for
 from sparktui.core.transport import Transport, TransportError
-from sparktui.remote import script
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +82,13 @@ class Monitor:
         assert ncfg is not None
         transport = self.transports[name]
         state = _fresh_state(self.cfg, name)
+        want_phase = ncfg.role == "head" and not (
+            self._vllm.healthy and self.lifecycle.timeline is not None)
         command = probe_script.build_probe(
             name, ncfg.container.name, is_head=ncfg.role == "head",
             vllm_port=self.cfg.vllm.port, query_ray=with_ray,
             ray_dashboard_port=self.cfg.ray.dashboard_port, gcs_port=self.cfg.ray.port,
+            vllm_log=self.cfg.vllm.log if want_phase else None, vllm_log_bytes=LOG_TAIL_BYTES,
         )
         result: Result | TransportError
         async with self._slots:
@@ -124,22 +126,16 @@ class Monitor:
                 self._ray_read_at = time.monotonic()
                 self._ray_key_read = self._ray_key(state)
             self._vllm = sanitize(self._vllm_status(parsed))
-            await self._read_phase(transport)
+            self._read_phase(parsed.vllm_log_tail)
             self.lifecycle.feed_status(self._vllm, time.monotonic())
         return state
 
-    async def _read_phase(self, transport: Transport) -> None:
-        """While vLLM is not healthy (and once at the start), the end of its log on the head
-        gives the start-up phase. A failure here only leaves the phase as it was."""
-        if self._vllm.healthy and self.lifecycle.timeline is not None:
+    def _read_phase(self, tail: str | None) -> None:
+        """While vLLM is not healthy (and once at the start), the end of its log on the head,
+        read by the same probe, gives the start-up phase."""
+        if tail is None:
             return
-        command = sh(script("vllm_log_tail.sh"), self.cfg.vllm.log, str(LOG_TAIL_BYTES),
-                     timeout=10, description="tail of the vLLM log")
-        try:
-            result = await transport.run(command)
-        except TransportError:
-            return
-        tl, mtime = parse_log_tail(result.stdout)
+        tl, mtime = parse_log_tail(tail)
         if tl is not None:
             self.lifecycle.feed_timeline(sanitize(tl), time.monotonic(), mtime)
 

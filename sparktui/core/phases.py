@@ -280,7 +280,7 @@ def parse_phases_text(text: str, **kw: object) -> Timeline:
 
 
 def parse_log_tail(stdout: str, *, year: int | None = None) -> tuple[Timeline | None, float | None]:
-    """Output of `remote/vllm_log_tail.sh` -> (Timeline, the log's mtime), or (None, None)
+    """The probe's `vllm_log` section (`mtime=.. size=..`, then the bytes) -> (Timeline, the log's mtime), or (None, None)
     when there is no log. A tail that starts inside the file drops its first, partial line."""
     first, _, body = stdout.partition("\n")
     if not first.startswith("mtime="):

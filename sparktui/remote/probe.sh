@@ -6,8 +6,9 @@
 #  $4 ray: auto|dashboard|python|off   $5 Ray dashboard port   $6 Ray query timeout (s)
 #  $7 ray_nodes.py   $8 probe_env.sh   $9 http_get.py
 #  $10 Ray GCS port in hex ('' = don't list its connections)
+#  $11 the vLLM log on the head ('' = don't read it)   $12 how many bytes of its end
 C=$1; HEAD=$2; VPORT=$3; RAYVIA=$4; DPORT=$5; RAYT=$6
-SNIP=$7; ENVS=$8; HTTPPY=$9; GPORT=${10}
+SNIP=$7; ENVS=$8; HTTPPY=$9; GPORT=${10}; VLOG=${11}; VLOGB=${12}
 LC_ALL=C; export LC_ALL
 have() { command -v "$1" >/dev/null 2>&1; }
 if have timeout; then T() { timeout "$@"; }; else T() { shift; "$@"; }; fi
@@ -143,6 +144,18 @@ if [ "$HEAD" = 1 ]; then
       mark health unavailable
     fi
   fi
+fi
+# The end of vLLM's log while it starts (core/phases.py reads the start-up phase from it):
+# first line `mtime=<unix s> size=<bytes>`, then the bytes; `missing` before vLLM ran.
+if [ "$HEAD" = 1 ] && [ -n "$VLOG" ]; then
+  beg vllm_log
+  if [ -f "$VLOG" ]; then
+    printf 'mtime=%s size=%s\n' "$(stat -c %Y "$VLOG" 2>/dev/null)" "$(stat -c %s "$VLOG" 2>/dev/null)"
+    tail -c "$VLOGB" "$VLOG"
+  else
+    echo missing
+  fi
+  fin vllm_log rc=0
 fi
 if [ -n "$RAYTMP" ]; then wait "$RAYPID"; cat "$RAYTMP"; rm -f "$RAYTMP"; fi
 printf '@@sparktui:end@@\n'

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -267,5 +268,24 @@ def test_gcs_conns_lists_remote_peers_without_the_heads_own():
 def test_probe_passes_the_gcs_port_in_hex():
     from sparktui.core.probes.script import build_probe
 
-    assert build_probe("h", "c", True, gcs_port=6379).argv[-1] == "18EB"
-    assert build_probe("h", "c", True).argv[-1] == ""   # not listed
+    assert build_probe("h", "c", True, gcs_port=6379).argv[-3] == "18EB"
+    assert build_probe("h", "c", True).argv[-3] == ""   # not listed
+
+
+def test_the_vllm_log_tail_rides_in_the_same_probe(tmp_path):
+    """While vLLM starts, the end of its log comes in the one probe (no second command)."""
+    log = tmp_path / "vllm.log"
+    log.write_text("INFO 12-01 10:00:00 [api_server.py:1] vLLM API server version 0.11\n"
+                   "Loading safetensors checkpoint shards:  50% Completed | 4/8 [00:06<00:06]\n")
+    r = subprocess.run(build_probe("h", "", True, vllm_log=str(log), vllm_log_bytes=4096).argv,
+                       capture_output=True, text=True, timeout=60)
+    parsed = parse_probe(r.stdout)
+    assert parsed.vllm_log_tail is not None
+    first = parsed.vllm_log_tail.splitlines()[0]
+    assert first.startswith("mtime=") and f"size={log.stat().st_size}" in first
+    assert "4/8" in parsed.vllm_log_tail
+    missing = subprocess.run(build_probe("h", "", True, vllm_log=str(tmp_path / "none")).argv,
+                             capture_output=True, text=True, timeout=60)
+    assert parse_probe(missing.stdout).vllm_log_tail.strip() == "missing"
+    assert parse_probe(subprocess.run(build_probe("h", "", True).argv, capture_output=True,
+                                      text=True, timeout=60).stdout).vllm_log_tail is None

@@ -176,7 +176,7 @@ def test_section_table_shape() -> None:
 
 def test_probe_hands_on_the_helper_programs() -> None:
     cmd = probe.build_probe("n", "c", True)
-    assert cmd.argv[-4:] == (ray_probe.RAY_NODES_SNIPPET, probe.ENV_SCRIPT, probe.HTTP_PY, "")
+    assert cmd.argv[-6:-2] == (ray_probe.RAY_NODES_SNIPPET, probe.ENV_SCRIPT, probe.HTTP_PY, "")
     assert ray_probe.RAY_NODES_SNIPPET == script("ray_nodes.py")
 
 

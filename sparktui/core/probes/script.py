@@ -82,6 +82,8 @@ def build_probe(
     ray_timeout: float = 8.0,
     timeout: float = 45.0,
     gcs_port: int | None = None,
+    vllm_log: str | None = None,
+    vllm_log_bytes: int = 262144,
 ) -> Command:
     """The one read-only command that probes `node_name` this tick.
 
@@ -93,7 +95,8 @@ def build_probe(
     env 5 s, nvidia-smi 5 s each, Ray `ray_timeout` + 2 s, HTTP 2 s each), so the worst case
     stays under the default overall `timeout`. `gcs_port`: on the head, list the remote
     endpoints connected to Ray's GCS on that port (section gcs_conns, from /proc/net/tcp*),
-    so the monitor can ask for the Ray table only when they change.
+    so the monitor can ask for the Ray table only when they change. `vllm_log`: on the head,
+    the end (`vllm_log_bytes`) of that file (section vllm_log), for the start-up phase.
     """
     via = ray_via if query_ray else "off"
     args = (
@@ -107,6 +110,8 @@ def build_probe(
         ENV_SCRIPT,
         HTTP_PY,
         "" if gcs_port is None else f"{int(gcs_port):04X}",
+        vllm_log or "",
+        str(int(vllm_log_bytes)),
     )
     return sh(PROBE_SCRIPT, *args, mutating=False, timeout=timeout,
               description=f"probe {node_name}")
@@ -175,6 +180,7 @@ class ProbeResult:
     gcs_peers: tuple[str, ...] | None = None  # remote ip:port on Ray's GCS port (head); None: not listed
     vllm: VllmStatus | None = None  # None: not asked (worker, or no port)
     vllm_http_code: int | None = None
+    vllm_log_tail: str | None = None  # the end of the vLLM log (head, when asked)
     missing: list[str] = field(default_factory=list)  # sections whose tool is not installed
     errors: dict[str, str] = field(default_factory=dict)
     sections: dict[str, Section] = field(default_factory=dict)
@@ -373,6 +379,10 @@ def _version(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
             st.version = m[1]
 
 
+def _vllm_log(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
+    res.vllm_log_tail = sec.body
+
+
 @dataclass(frozen=True)
 class SectionSpec:
     """One section of the probe's output: `parse` reads it into ProbeResult's `result_field`
@@ -405,6 +415,7 @@ SECTIONS: tuple[SectionSpec, ...] = (
     SectionSpec("health", "vllm", _health, tool="curl or python3"),  # also vllm_http_code
     SectionSpec("metrics", "vllm", _metrics),
     SectionSpec("version", "vllm", _version),
+    SectionSpec("vllm_log", "vllm_log_tail", _vllm_log),  # the end of vllm.log, while starting
 )
 SECTION_NAMES = frozenset(s.name for s in SECTIONS)
 
