@@ -319,8 +319,7 @@ async def test_console_strip_shows_real_metrics_and_log_streams(vllm_lab, served
         assert re.search(r"tokens/s (\d+\.\d)", busy_strip)
         assert float(re.search(r"tokens/s (\d+\.\d)", busy_strip).group(1)) > 0
         assert busy.generation_tokens_total and busy.generation_tokens_total > 0
-        while not all(j.done() for j in jobs):
-            await pilot.pause(0.25)
+        await until(pilot, lambda: all(j.done() for j in jobs), 600, "the load's requests")
         pool.shutdown()
         for j in jobs:
             j.result()  # a failed request fails the test
@@ -377,7 +376,9 @@ async def test_worker_raylet_killed_points_at_the_worker(vllm_lab, served, run_i
         await until(pilot, lambda: any("died unexpectedly" in e.text
                                        for e in app.log_view.entries), 30,
                     "vLLM's worker-death lines in the log pane")
-        await pilot.pause(0.5)
+        await until(pilot, lambda: any(f.category == "ray_worker_died_segfault"
+                                       for f in app.log_findings.values()), 30,
+                    "the knowledge base's finding on the worker's death")
         findings = app._all_findings()
         errors = [f for f in findings if f.severity == "error"]
         assert errors and errors[0].node == worker.name, [(f.id, f.node) for f in errors]
@@ -393,8 +394,8 @@ async def test_worker_raylet_killed_points_at_the_worker(vllm_lab, served, run_i
         # the first finding is the one the console selects: its detail names the worker
         flist = app.screen_stack[0].query_one(FindingsList)
         flist.highlighted = 0
-        await pilot.pause(0.2)
-        assert worker.name in detail_text(app)
+        await until(pilot, lambda: worker.name in detail_text(app), 10,
+                    "the detail to name the worker")
         assert "unhealthy" in strip_text(app) or "not serving" in strip_text(app)
     await asyncio.sleep(1)
     assert not vllm_running(lab)
@@ -582,7 +583,8 @@ async def test_seed_failure_in_the_console(vllm_lab, seed_cfg, state_home, run_i
             key = next(finding_key(f) for f in app.log_findings.values()
                        if f.category == "placement_group_ip_mismatch")
             flist.highlighted = flist._keys.index(key)
-            await pilot.pause(0.2)
+            await until(pilot, lambda: names_node_var_and_ips(detail_text(app), lab), 10,
+                        "the detail to show the live fix")
             text = detail_text(app)
             assert names_node_var_and_ips(text, lab), text
             assert "On this cluster:" in text
