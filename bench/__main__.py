@@ -14,14 +14,17 @@ from bench.common import Row, fmt
 
 def available() -> list[str]:
     here = Path(__file__).parent
-    return sorted(m.name[:-6] for m in pkgutil.iter_modules([str(here)])
-                  if m.name.endswith("_bench"))
+    return sorted(
+        m.name[:-6] for m in pkgutil.iter_modules([str(here)]) if m.name.endswith("_bench")
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("--quick", action="store_true", help="short runs (CI)")
-    p.add_argument("names", nargs="*", help=f"benchmarks to run (default all: {', '.join(available())})")
+    p.add_argument(
+        "names", nargs="*", help=f"benchmarks to run (default all: {', '.join(available())})"
+    )
     args = p.parse_args(argv)
     names = args.names or available()
     unknown = set(names) - set(available())
@@ -37,14 +40,18 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             failed.append(name)
     width = max([len(r.figure) for r in rows] + [6])
-    print(f"{'figure':<{width}}  {'value':>12}  {'reference':<34} {'ref value':>12}  "
-          f"{'ratio':>7}  {'target':<14} result")
+    print(
+        f"{'figure':<{width}}  {'value':>12}  {'reference':<34} {'ref value':>12}  "
+        f"{'ratio':>7}  {'target':<14} result"
+    )
     for r in rows:
         ratio = f"{r.ratio:.2f}×" if r.ratio is not None else "-"
         result = {True: "ok", False: "MISSED", None: ""}[r.ok]
-        print(f"{r.figure:<{width}}  {fmt(r.value, r.unit):>12}  {r.reference:<34} "
-              f"{fmt(r.reference_value, r.unit):>12}  {ratio:>7}  {r.target:<14} {result}"
-              + (f"  ({r.note})" if r.note else ""))
+        print(
+            f"{r.figure:<{width}}  {fmt(r.value, r.unit):>12}  {r.reference:<34} "
+            f"{fmt(r.reference_value, r.unit):>12}  {ratio:>7}  {r.target:<14} {result}"
+            + (f"  ({r.note})" if r.note else "")
+        )
     missed = [r.figure for r in rows if r.ok is False]
     if failed:
         print(f"benchmarks that crashed: {', '.join(failed)}")

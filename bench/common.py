@@ -26,8 +26,15 @@ class Row:
         return None
 
 
-def ratio_row(figure: str, value: float, reference: str, reference_value: float,
-              max_ratio: float, unit: str = "s", note: str = "") -> Row:
+def ratio_row(
+    figure: str,
+    value: float,
+    reference: str,
+    reference_value: float,
+    max_ratio: float,
+    unit: str = "s",
+    note: str = "",
+) -> Row:
     r = Row(figure, value, unit, reference, reference_value, f"≤ {max_ratio:g}×", note=note)
     r.ok = r.ratio is not None and r.ratio <= max_ratio
     return r

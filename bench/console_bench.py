@@ -50,10 +50,14 @@ from bench.common import Row
 FRAME = 1 / 60
 COLS, ROWS = 200, 60
 BACKGROUND_LPS = 2000
-ANSI_B = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[PX^_][^\x1b]*\x1b\\|[@-Z\\-_])")
-SAMPLE = ("INFO 12-01 09:00:00 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
-          "Avg generation throughput: 12.5 tokens/s, Running: 1 reqs, Waiting: 0 reqs, "
-          "GPU KV cache usage: 0.4%, Prefix cache hit rate: 0.0%")
+ANSI_B = re.compile(
+    rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[PX^_][^\x1b]*\x1b\\|[@-Z\\-_])"
+)
+SAMPLE = (
+    "INFO 12-01 09:00:00 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+    "Avg generation throughput: 12.5 tokens/s, Running: 1 reqs, Waiting: 0 reqs, "
+    "GPU KV cache usage: 0.4%, Prefix cache hit rate: 0.0%"
+)
 
 
 class PtyWatch(threading.Thread):
@@ -111,8 +115,16 @@ def _spawn(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, int]
     def ctty() -> None:
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
-    p = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env,
-                         start_new_session=True, preexec_fn=ctty, close_fds=True)
+    p = subprocess.Popen(
+        argv,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        start_new_session=True,
+        preexec_fn=ctty,
+        close_fds=True,
+    )
     os.close(slave)
     return p, master
 
@@ -120,8 +132,16 @@ def _spawn(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, int]
 # --- CPU accounting -------------------------------------------------------------------
 
 _TICK = os.sysconf("SC_CLK_TCK")
-_DAEMONS = ("dockerd", "containerd", "containerd-shim", "containerd-shim-runc-v2", "sshd",
-            "docker-proxy", "runc", "tini")
+_DAEMONS = (
+    "dockerd",
+    "containerd",
+    "containerd-shim",
+    "containerd-shim-runc-v2",
+    "sshd",
+    "docker-proxy",
+    "runc",
+    "tini",
+)
 
 
 def _stat(pid: int) -> tuple[str, int, int, int, int] | None:
@@ -130,8 +150,8 @@ def _stat(pid: int) -> tuple[str, int, int, int, int] | None:
         raw = Path(f"/proc/{pid}/stat").read_bytes().decode()
     except OSError:
         return None
-    comm = raw[raw.index("(") + 1:raw.rindex(")")]
-    f = raw[raw.rindex(")") + 2:].split()
+    comm = raw[raw.index("(") + 1 : raw.rindex(")")]
+    f = raw[raw.rindex(")") + 2 :].split()
     return comm, int(f[1]), int(f[19]), int(f[11]) + int(f[12]), int(f[13]) + int(f[14])
 
 
@@ -165,7 +185,7 @@ def caused_ticks(before: dict, after: dict) -> dict[str, int]:
 
     for pid, (comm, _pp, start, own, reaped) in after.items():
         old = before.get(pid)
-        if old is None or old[2] != start:   # started in the window: all of it
+        if old is None or old[2] != start:  # started in the window: all of it
             add(comm, own)
             add(f"{comm} children", reaped)
             continue
@@ -182,13 +202,21 @@ def _proc_ticks(pid: int) -> int:
 
 # --- the run ---------------------------------------------------------------------------
 
+
 def _pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def _rounds(app: PtyWatch, ref: PtyWatch, fds: dict[str, int], key: str, first: int,
-            n: int, timeout: float = 10.0) -> tuple[list[float], list[float], int]:
+def _rounds(
+    app: PtyWatch,
+    ref: PtyWatch,
+    fds: dict[str, int],
+    key: str,
+    first: int,
+    n: int,
+    timeout: float = 10.0,
+) -> tuple[list[float], list[float], int]:
     def write(side: str, num: int) -> int:
         line = f"INFO 12-01 09:00:00 [bench.py:1] {key}n{num}e done\n".encode()
         t0 = time.monotonic_ns()
@@ -249,9 +277,15 @@ def figures(lab, n_lines: int, idle_s: float) -> dict:
     ref_file.write_text("")
     key = f"LAT{os.getpid()}x{time.monotonic_ns() % 10**6}"
     home = Path(tempfile.mkdtemp(prefix="sparktui-bench-"))
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(COLS), "LINES": str(ROWS),
-           "XDG_STATE_HOME": str(home / "state"), "XDG_CONFIG_HOME": str(home / "config"),
-           "XDG_CACHE_HOME": os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache"))}
+    env = {
+        **os.environ,
+        "TERM": "xterm-256color",
+        "COLUMNS": str(COLS),
+        "LINES": str(ROWS),
+        "XDG_STATE_HOME": str(home / "state"),
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "XDG_CACHE_HOME": os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache")),
+    }
     env.pop("NO_COLOR", None)
     out: dict = {"refresh": cfg.refresh_interval}
     head_node = lab.node(head)
@@ -260,15 +294,19 @@ def figures(lab, n_lines: int, idle_s: float) -> dict:
     time.sleep(idle_s / 2)
     base = caused_ticks(b0, _tree(head_node.init_pid))
     base_rate = {k: v / (time.monotonic() - t0) for k, v in base.items()}
-    app_p, app_fd = _spawn([sys.executable, "-m", "sparktui", "-c", str(lab.config_path),
-                            "--read-only"], env)
-    ref_p, ref_fd = _spawn(lab.ssh_argv(head, "tail", "-n0", "-F",
-                                        shlex.quote(f"{path}.bench-ref")), env)
+    app_p, app_fd = _spawn(
+        [sys.executable, "-m", "sparktui", "-c", str(lab.config_path), "--read-only"], env
+    )
+    ref_p, ref_fd = _spawn(
+        lab.ssh_argv(head, "tail", "-n0", "-F", shlex.quote(f"{path}.bench-ref")), env
+    )
     app, ref = PtyWatch(app_fd, key.encode()), PtyWatch(ref_fd, key.encode())
     app.start()
     ref.start()
-    fds = {"app": os.open(host_file, os.O_WRONLY | os.O_APPEND),
-           "ref": os.open(ref_file, os.O_WRONLY | os.O_APPEND)}
+    fds = {
+        "app": os.open(host_file, os.O_WRONLY | os.O_APPEND),
+        "ref": os.open(ref_file, os.O_WRONLY | os.O_APPEND),
+    }
     try:
         # warm-up: the console is up and following, the ssh tail is running
         deadline = time.monotonic() + 120
@@ -279,8 +317,10 @@ def figures(lab, n_lines: int, idle_s: float) -> dict:
             a, r, _ = _rounds(app, ref, fds, key, num, 1)
             ok = bool(a)
         if not ok:
-            raise RuntimeError("the console never showed a line of the head's vLLM log "
-                               f"(console exit {app_p.poll()}, {app.bytes} bytes on its pty)")
+            raise RuntimeError(
+                "the console never showed a line of the head's vLLM log "
+                f"(console exit {app_p.poll()}, {app.bytes} bytes on its pty)"
+            )
         _rounds(app, ref, fds, key, -50, 3)
         # idle: no log lines, probes every refresh
         time.sleep(max(2.0, 2 * cfg.refresh_interval))
@@ -291,12 +331,15 @@ def figures(lab, n_lines: int, idle_s: float) -> dict:
         after = _tree(head_node.init_pid)
         out["console_cpu"] = (c1 - c0) / _TICK / (w1 - w0)
         by = caused_ticks(before, after)
-        net: dict[str, float] = {k: max(0.0, v - base_rate.get(k, 0.0) * (w1 - w0))
-                                 for k, v in by.items()}
+        net: dict[str, float] = {
+            k: max(0.0, v - base_rate.get(k, 0.0) * (w1 - w0)) for k, v in by.items()
+        }
         out["head_cpu"] = sum(net.values()) / _TICK / (w1 - w0)
         out["head_base"] = sum(base_rate.values()) / _TICK
-        out["head_by"] = {k: round(v / _TICK / (w1 - w0) * 100, 2)
-                          for k, v in sorted(net.items(), key=lambda kv: -kv[1])}
+        out["head_by"] = {
+            k: round(v / _TICK / (w1 - w0) * 100, 2)
+            for k, v in sorted(net.items(), key=lambda kv: -kv[1])
+        }
         out["idle_s"] = w1 - w0
         # latency, quiet log
         out["app"], out["ref"], out["lost"] = _rounds(app, ref, fds, key, 0, n_lines)
@@ -306,8 +349,9 @@ def figures(lab, n_lines: int, idle_s: float) -> dict:
         t = time.monotonic()
         time.sleep(2)
         # a line not on the terminal within 2 s counts as lost (scrolled past unseen)
-        out["app_bg"], out["ref_bg"], out["lost_bg"] = _rounds(app, ref, fds, key, 10_000,
-                                                               n_lines, 2.0)
+        out["app_bg"], out["ref_bg"], out["lost_bg"] = _rounds(
+            app, ref, fds, key, 10_000, n_lines, 2.0
+        )
         bg.stop.set()
         bg.join()
         out["bg_rate"] = bg.lines / (time.monotonic() - t)
@@ -335,9 +379,16 @@ def _latency_rows(label: str, app: list[float], ref: list[float], lost: int, n: 
     for q, name, slack in ((0.5, "median", FRAME), (0.99, "p99", 0.050)):
         v = statistics.median(app) if q == 0.5 else _pct(app, q)
         rv = statistics.median(ref) if q == 0.5 else _pct(ref, q)
-        r = Row(f"{label}, {name} of {n}", v, "s", f"ssh head tail -F in a pty, {name}", rv,
-                target=f"≤ ref + {slack * 1000:.1f} ms", ok=v <= rv + slack and not lost,
-                note=f"{len(app)}/{n} seen, lost {lost}; +{(v - rv) * 1000:.1f} ms")
+        r = Row(
+            f"{label}, {name} of {n}",
+            v,
+            "s",
+            f"ssh head tail -F in a pty, {name}",
+            rv,
+            target=f"≤ ref + {slack * 1000:.1f} ms",
+            ok=v <= rv + slack and not lost,
+            note=f"{len(app)}/{n} seen, lost {lost}; +{(v - rv) * 1000:.1f} ms",
+        )
         rows.append(r)
     return rows
 
@@ -355,19 +406,39 @@ def run(quick: bool) -> list[Row]:
     finally:
         if not lab_id:
             labmod.down(lab)
-    rows = _latency_rows("vLLM log line until on the terminal (pty)", f["app"], f["ref"],
-                         f["lost"], n)
-    rows += _latency_rows(f"  the same under {BACKGROUND_LPS // 1000}k lines/s of log",
-                          f["app_bg"], f["ref_bg"], f["lost_bg"], n)
+    rows = _latency_rows(
+        "vLLM log line until on the terminal (pty)", f["app"], f["ref"], f["lost"], n
+    )
+    rows += _latency_rows(
+        f"  the same under {BACKGROUND_LPS // 1000}k lines/s of log",
+        f["app_bg"],
+        f["ref_bg"],
+        f["lost_bg"],
+        n,
+    )
     rows[-1].note += f"; background {f['bg_rate']:.0f} lines/s to each file"
-    rows.append(Row(f"console idle, 2 nodes, refresh {f['refresh']:g} s: its CPU",
-                    f["console_cpu"] * 100, "% of a core", target="≤ 2 % of a core",
-                    ok=f["console_cpu"] <= 0.02, note=f"over {f['idle_s']:.0f} s"))
-    rows.append(Row("  the same: CPU on the head caused by the probes", f["head_cpu"] * 100,
-                    "% of a core", target="≤ 1 % of a core", ok=f["head_cpu"] <= 0.01,
-                    note=f"over {f['idle_s']:.0f} s, daemons' own "
-                    f"{f['head_base'] * 100:.1f} % subtracted; by process (%): "
-                    + ", ".join(f"{k} {v}" for k, v in list(f["head_by"].items())[:4])))
+    rows.append(
+        Row(
+            f"console idle, 2 nodes, refresh {f['refresh']:g} s: its CPU",
+            f["console_cpu"] * 100,
+            "% of a core",
+            target="≤ 2 % of a core",
+            ok=f["console_cpu"] <= 0.02,
+            note=f"over {f['idle_s']:.0f} s",
+        )
+    )
+    rows.append(
+        Row(
+            "  the same: CPU on the head caused by the probes",
+            f["head_cpu"] * 100,
+            "% of a core",
+            target="≤ 1 % of a core",
+            ok=f["head_cpu"] <= 0.01,
+            note=f"over {f['idle_s']:.0f} s, daemons' own "
+            f"{f['head_base'] * 100:.1f} % subtracted; by process (%): "
+            + ", ".join(f"{k} {v}" for k, v in list(f["head_by"].items())[:4]),
+        )
+    )
     return rows
 
 
@@ -376,16 +447,23 @@ if __name__ == "__main__":
     from tests.lab.state import Lab
 
     own = "--lab" not in sys.argv
-    x = (labmod.up(nodes=2, pin="all", owner_pid=os.getpid()) if own
-         else Lab.load(sys.argv[sys.argv.index("--lab") + 1]))
+    x = (
+        labmod.up(nodes=2, pin="all", owner_pid=os.getpid())
+        if own
+        else Lab.load(sys.argv[sys.argv.index("--lab") + 1])
+    )
     try:
-        res = figures(x, 25 if "--quick" in sys.argv else 50,
-                      30.0 if "--quick" in sys.argv else 60.0)
+        res = figures(
+            x, 25 if "--quick" in sys.argv else 50, 30.0 if "--quick" in sys.argv else 60.0
+        )
     finally:
         if own:
             labmod.down(x)
     for k in ("app", "ref", "app_bg", "ref_bg"):
         v = sorted(res[k])
-        print(k, f"median {statistics.median(v) * 1000:.2f} ms p99 {_pct(v, .99) * 1000:.1f} ms",
-              " ".join(f"{s * 1000:.1f}" for s in v))
+        print(
+            k,
+            f"median {statistics.median(v) * 1000:.2f} ms p99 {_pct(v, 0.99) * 1000:.1f} ms",
+            " ".join(f"{s * 1000:.1f}" for s in v),
+        )
     print({k: v for k, v in res.items() if not isinstance(v, list)})

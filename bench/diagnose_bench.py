@@ -30,18 +30,24 @@ from bench.common import Row, median_time, ratio_row
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
-TARGET_RATIO = 1.0          # issue 19: no slower than grep (issue 8: 3x)
+TARGET_RATIO = 1.0  # issue 19: no slower than grep (issue 8: 3x)
 FULL_MB = 200
 QUICK_MB = 8
 
 
 # --- the log ---------------------------------------------------------------------------
 
+
 def _real_lines() -> tuple[list[str], list[str]]:
     """Healthy vLLM lines (the bulk) and crash lines (sprinkled), all from real captures."""
     bulk: list[str] = []
-    for name in ("vllm_cpu_serve_ok.log", "vllm_ray_ip_mismatch.log", "vllm_port_in_use.log",
-                 "vllm_bad_max_model_len.log", "vllm_unknown_flag.log"):
+    for name in (
+        "vllm_cpu_serve_ok.log",
+        "vllm_ray_ip_mismatch.log",
+        "vllm_port_in_use.log",
+        "vllm_bad_max_model_len.log",
+        "vllm_unknown_flag.log",
+    ):
         path = FIXTURES / "vllm" / name
         if path.exists():
             text = path.read_text("utf-8", "replace")
@@ -84,8 +90,12 @@ def build_log(path: Path, size_mb: int, seed: int = 7) -> Path:
             for _ in range(2000):
                 ln = rng.choice(pool)
                 ln = _PID.sub(f"pid={pid}", ln, count=1)
-                ln = _TS.sub(f"{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} "
-                             f"{hh:02d}:{mm:02d}:{rng.randint(0, 59):02d}", ln, count=1)
+                ln = _TS.sub(
+                    f"{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} "
+                    f"{hh:02d}:{mm:02d}:{rng.randint(0, 59):02d}",
+                    ln,
+                    count=1,
+                )
                 if rng.random() < 0.3:
                     ln = _NUM.sub(str(rng.randint(0, 5000)), ln, count=1)
                 block.append(ln)
@@ -102,8 +112,16 @@ def build_log(path: Path, size_mb: int, seed: int = 7) -> Path:
 # --- grep signatures -------------------------------------------------------------------
 
 _CLASS_ESC = {"d": "0-9", "w": "[:alnum:]_", "s": "[:space:]", "D": None, "W": None, "S": None}
-_ESC = {"d": "[0-9]", "w": "[[:alnum:]_]", "s": "[[:space:]]", "S": "[^[:space:]]",
-        "D": "[^0-9]", "W": "[^[:alnum:]_]", "b": r"\b", "n": "$"}
+_ESC = {
+    "d": "[0-9]",
+    "w": "[[:alnum:]_]",
+    "s": "[[:space:]]",
+    "S": "[^[:space:]]",
+    "D": "[^0-9]",
+    "W": "[^[:alnum:]_]",
+    "b": r"\b",
+    "n": "$",
+}
 
 
 def to_ere(rx: str) -> str | None:
@@ -113,7 +131,7 @@ def to_ere(rx: str) -> str | None:
     flags = re.match(r"^\(\?([imsx]+)\)", rx)
     nocase = bool(flags and "i" in flags.group(1))
     if flags:
-        rx = rx[flags.end():]
+        rx = rx[flags.end() :]
     while i < len(rx):
         c = rx[i]
         if c == "\\":
@@ -155,8 +173,14 @@ def to_ere(rx: str) -> str | None:
             if j >= len(rx):
                 return None
             body = "".join(x for x in items if x != "\x00DASH")
-            out.append("[" + neg + ("]" if close_bracket else "") + body
-                       + ("-" if "\x00DASH" in items else "") + "]")
+            out.append(
+                "["
+                + neg
+                + ("]" if close_bracket else "")
+                + body
+                + ("-" if "\x00DASH" in items else "")
+                + "]"
+            )
             i = j + 1
         elif c == "(" and rx.startswith("(?P<", i):
             i = rx.index(">", i) + 1
@@ -167,7 +191,7 @@ def to_ere(rx: str) -> str | None:
         elif c == "(" and rx.startswith("(?", i):
             return None
         elif c in "*+?}" and i + 1 < len(rx) and rx[i + 1] == "?":
-            out.append(c)   # lazy -> greedy: same lines match
+            out.append(c)  # lazy -> greedy: same lines match
             i += 2
         else:
             out.append(f"[{c.lower()}{c.upper()}]" if nocase and c.isalpha() else c)
@@ -178,6 +202,7 @@ def to_ere(rx: str) -> str | None:
 def grep_signatures(dest: Path) -> tuple[Path, int, int]:
     """The knowledge base's prefilters as an ERE file for grep; (path, used, skipped)."""
     from sparktui.knowledge.kb import load_builtin
+
     used, skipped = [], 0
     for p in load_builtin().patterns:
         for rx in p.prefilter:
@@ -192,8 +217,15 @@ def grep_signatures(dest: Path) -> tuple[Path, int, int]:
 
 # --- timing ----------------------------------------------------------------------------
 
-def measure(quick: bool = False, *, size_mb: int | None = None, repeat: int | None = None,
-            workdir: str | None = None, verbose: bool = False) -> list[dict]:
+
+def measure(
+    quick: bool = False,
+    *,
+    size_mb: int | None = None,
+    repeat: int | None = None,
+    workdir: str | None = None,
+    verbose: bool = False,
+) -> list[dict]:
     """Rows {figure, value, unit, reference, ratio, target, mb_per_s, ...} as plain dicts."""
     from sparktui.knowledge.kb import load_builtin
     from sparktui.knowledge.matcher import Matcher
@@ -201,18 +233,21 @@ def measure(quick: bool = False, *, size_mb: int | None = None, repeat: int | No
 
     size_mb = size_mb or (QUICK_MB if quick else FULL_MB)
     repeat = repeat or (3 if not quick else 3)
-    wd = Path(workdir or os.environ.get("SPARKTUI_BENCH_DIR")
-              or Path(tempfile.gettempdir()) / "sparktui-bench")
+    wd = Path(
+        workdir
+        or os.environ.get("SPARKTUI_BENCH_DIR")
+        or Path(tempfile.gettempdir()) / "sparktui-bench"
+    )
     wd.mkdir(parents=True, exist_ok=True)
     log = build_log(wd / f"vllm_{size_mb}MB.log", size_mb)
     mb = log.stat().st_size / 1e6
     sigs, n_sigs, skipped = grep_signatures(wd / "signatures.ere")
-    with open(log, "rb") as f:            # warm the page cache for both contenders
+    with open(log, "rb") as f:  # warm the page cache for both contenders
         while f.read(1 << 24):
             pass
 
-    kb = load_builtin()              # the knowledge base as it is now (others grow it)
-    matcher = Matcher(kb)            # auto: Hyperscan where installed, else RE2
+    kb = load_builtin()  # the knowledge base as it is now (others grow it)
+    matcher = Matcher(kb)  # auto: Hyperscan where installed, else RE2
     findings: list = []
 
     def ours() -> None:
@@ -246,32 +281,43 @@ def measure(quick: bool = False, *, size_mb: int | None = None, repeat: int | No
         raise RuntimeError("the hyperscan and re2 engines disagree on the bench log")
     t_ours = statistics.median(mine)
     t_grep = statistics.median(theirs) if theirs else None
-    rows.append({
-        "figure": (f"diagnose {mb:.0f} MB vLLM log ({len(matcher.patterns)} patterns, "
-                   f"{matcher.engine})"),
-        "value": round(t_ours, 6), "unit": "s",
-        "reference": round(t_grep, 6) if t_grep else None,
-        "reference_name": f"grep -E -f ({n_sigs} signatures)",
-        "ratio": round(t_ours / t_grep, 2) if t_grep else None,
-        "target": TARGET_RATIO,
-        "mb_per_s": round(mb / t_ours, 1),
-        "grep_mb_per_s": round(mb / t_grep, 1) if t_grep else None,
-        "findings": [f.id for f in findings][:8],
-    })
-    if mine_re2:
-        t_re2 = statistics.median(mine_re2)
-        rows.append({
-            "figure": "  the same with the re2 engine", "value": round(t_re2, 6), "unit": "s",
+    rows.append(
+        {
+            "figure": (
+                f"diagnose {mb:.0f} MB vLLM log ({len(matcher.patterns)} patterns, "
+                f"{matcher.engine})"
+            ),
+            "value": round(t_ours, 6),
+            "unit": "s",
             "reference": round(t_grep, 6) if t_grep else None,
             "reference_name": f"grep -E -f ({n_sigs} signatures)",
-            "ratio": round(t_re2 / t_grep, 2) if t_grep else None, "target": None,
-            "mb_per_s": round(mb / t_re2, 1),
+            "ratio": round(t_ours / t_grep, 2) if t_grep else None,
+            "target": TARGET_RATIO,
+            "mb_per_s": round(mb / t_ours, 1),
             "grep_mb_per_s": round(mb / t_grep, 1) if t_grep else None,
-            "findings": [f.id for f in re2_findings][:8],
-        })
+            "findings": [f.id for f in findings][:8],
+        }
+    )
+    if mine_re2:
+        t_re2 = statistics.median(mine_re2)
+        rows.append(
+            {
+                "figure": "  the same with the re2 engine",
+                "value": round(t_re2, 6),
+                "unit": "s",
+                "reference": round(t_grep, 6) if t_grep else None,
+                "reference_name": f"grep -E -f ({n_sigs} signatures)",
+                "ratio": round(t_re2 / t_grep, 2) if t_grep else None,
+                "target": None,
+                "mb_per_s": round(mb / t_re2, 1),
+                "grep_mb_per_s": round(mb / t_grep, 1) if t_grep else None,
+                "findings": [f.id for f in re2_findings][:8],
+            }
+        )
     if verbose:
-        print(f"signatures for grep: {n_sigs} (skipped {skipped} it cannot express)",
-              file=sys.stderr)
+        print(
+            f"signatures for grep: {n_sigs} (skipped {skipped} it cannot express)", file=sys.stderr
+        )
     return rows
 
 
@@ -284,12 +330,16 @@ def run(quick: bool = False) -> list:
             out.append(r)
             continue
         note = f"{r['mb_per_s']} MB/s vs grep {r['grep_mb_per_s']} MB/s"
-        if r["target"] is None:   # a reported stage
-            out.append(Row(r["figure"], r["value"], "s", r["reference_name"], r["reference"],
-                           note=note))
+        if r["target"] is None:  # a reported stage
+            out.append(
+                Row(r["figure"], r["value"], "s", r["reference_name"], r["reference"], note=note)
+            )
             continue
-        out.append(ratio_row(r["figure"], r["value"], r["reference_name"], r["reference"],
-                             r["target"], note=note))
+        out.append(
+            ratio_row(
+                r["figure"], r["value"], r["reference_name"], r["reference"], r["target"], note=note
+            )
+        )
     return out
 
 
@@ -304,9 +354,11 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "n/a"
         ref = f"{r['reference']:.3f} s" if r["reference"] is not None else "n/a"
-        print(f"{r['figure']}: {r['value']:.3f} s ({r['mb_per_s']} MB/s); "
-              f"{r['reference_name']}: {ref} ({r['grep_mb_per_s']} MB/s); "
-              f"ratio {ratio}" + (f" (target <= {r['target']:g}x)" if r["target"] else ""))
+        print(
+            f"{r['figure']}: {r['value']:.3f} s ({r['mb_per_s']} MB/s); "
+            f"{r['reference_name']}: {ref} ({r['grep_mb_per_s']} MB/s); "
+            f"ratio {ratio}" + (f" (target <= {r['target']:g}x)" if r["target"] else "")
+        )
         print(f"  findings: {', '.join(r['findings']) or 'none'}")
     return 0
 

@@ -85,7 +85,7 @@ def _numbers(lines, nonce: str):
     for ln in lines:
         i = ln.find(key)
         if i >= 0:
-            yield int(ln[i + len(key):].split()[0])
+            yield int(ln[i + len(key) :].split()[0])
 
 
 async def _measure(lab, cfg, n_lines: int) -> dict:
@@ -104,10 +104,15 @@ async def _measure(lab, cfg, n_lines: int) -> dict:
     app_seen, app_drawn, ref_seen, chunk_seen = _Seen(), _Seen(), _Seen(), _Seen()
 
     ref = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", READER, f"{MARK} {nonce}",
+        sys.executable,
+        "-c",
+        READER,
+        f"{MARK} {nonce}",
         *lab.ssh_argv(head, "tail", "-n0", "-F", shlex.quote(ref_path)),
-        stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL,
-        start_new_session=True)  # its own process group: the ssh client goes with it
+        stdout=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL,
+        start_new_session=True,
+    )  # its own process group: the ssh client goes with it
 
     async def read_ref() -> None:
         assert ref.stdout is not None
@@ -118,6 +123,7 @@ async def _measure(lab, cfg, n_lines: int) -> dict:
     ref_task = asyncio.ensure_future(read_ref())
     # a stage on the way: the SSH channel's data reaches the follower (asyncssh, in the app)
     from sparktui.core import logs
+
     handle = logs.FileFollower._handle
 
     async def stamped(self, chunk: bytes) -> None:
@@ -145,8 +151,7 @@ async def _measure(lab, cfg, n_lines: int) -> dict:
                 t = time.monotonic_ns()
                 for num in _numbers(lines, nonce):
                     app_seen.set(num, t)
-                    view.call_after_refresh(lambda num=num: app_drawn.set(
-                        num, time.monotonic_ns()))
+                    view.call_after_refresh(lambda num=num: app_drawn.set(num, time.monotonic_ns()))
                 return new
 
             view.add_lines = add_lines
@@ -158,11 +163,13 @@ async def _measure(lab, cfg, n_lines: int) -> dict:
                 return t0
 
             async def seen(num: int, side: str, timeout: float) -> bool:
-                events = ([app_seen.event(num), app_drawn.event(num)] if side == "app"
-                          else [ref_seen.event(num)])
+                events = (
+                    [app_seen.event(num), app_drawn.event(num)]
+                    if side == "app"
+                    else [ref_seen.event(num)]
+                )
                 try:
-                    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in events)),
-                                           timeout)
+                    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in events)), timeout)
                     return True
                 except asyncio.TimeoutError:
                     return False
@@ -181,8 +188,10 @@ async def _measure(lab, cfg, n_lines: int) -> dict:
             # warm-up: both followers are running and have delivered a line
             for num in range(-3, 0):
                 if not await line(num, 60):
-                    raise RuntimeError(f"warm-up line {num} not seen "
-                                       f"(app {num in app_seen.at}, ssh tail {num in ref_seen.at})")
+                    raise RuntimeError(
+                        f"warm-up line {num} not seen "
+                        f"(app {num in app_seen.at}, ssh tail {num in ref_seen.at})"
+                    )
             t0s: dict[int, dict[str, int]] = {}
             lost = 0
             for num in range(n_lines):
@@ -203,8 +212,13 @@ async def _measure(lab, cfg, n_lines: int) -> dict:
     def lat(stamps: _Seen, side: str) -> list[float]:
         return [(stamps.at[n] - t0s[n][side]) / 1e9 for n in ok if n in stamps.at]
 
-    return {"app": lat(app_seen, "app"), "drawn": lat(app_drawn, "app"),
-            "ref": lat(ref_seen, "ref"), "chunk": lat(chunk_seen, "app"), "lost": lost}
+    return {
+        "app": lat(app_seen, "app"),
+        "drawn": lat(app_drawn, "app"),
+        "ref": lat(ref_seen, "ref"),
+        "chunk": lat(chunk_seen, "app"),
+        "lost": lost,
+    }
 
 
 def figures(lab, n_lines: int) -> dict:
@@ -230,18 +244,31 @@ def run(quick: bool) -> list[Row]:
         labmod.down(lab)
     app, ref, drawn = f["app"], f["ref"], f["drawn"]
     value = statistics.median(app)
-    note = (f"median of {len(app)}/{n_lines}, lost {f['lost']}; p90 app "
-            f"{_pct(app, .9) * 1000:.1f} ms, ssh {_pct(ref, .9) * 1000:.1f} ms; "
-            f"next refresh after: median {statistics.median(drawn) * 1000:.1f} ms")
-    row = ratio_row(f"vLLM log line until in the log pane (median of {n_lines})", value,
-                    "ssh head tail -F (same lines, own file)", statistics.median(ref), 1.2, note=note)
+    note = (
+        f"median of {len(app)}/{n_lines}, lost {f['lost']}; p90 app "
+        f"{_pct(app, 0.9) * 1000:.1f} ms, ssh {_pct(ref, 0.9) * 1000:.1f} ms; "
+        f"next refresh after: median {statistics.median(drawn) * 1000:.1f} ms"
+    )
+    row = ratio_row(
+        f"vLLM log line until in the log pane (median of {n_lines})",
+        value,
+        "ssh head tail -F (same lines, own file)",
+        statistics.median(ref),
+        1.2,
+        note=note,
+    )
     if f["lost"]:
         row.ok = False
     # where the time goes, reported only: the line as the SSH channel hands it to the
     # follower inside the app (node-side reader + network + asyncssh), before any app work
-    stage = Row("  of which: at the follower (asyncssh channel data)",
-                statistics.median(f["chunk"]), "s", "ssh head tail -F (same lines, own file)",
-                statistics.median(ref), note=f"median of {len(f['chunk'])}")
+    stage = Row(
+        "  of which: at the follower (asyncssh channel data)",
+        statistics.median(f["chunk"]),
+        "s",
+        "ssh head tail -F (same lines, own file)",
+        statistics.median(ref),
+        note=f"median of {len(f['chunk'])}",
+    )
     return [row, stage]
 
 
@@ -251,8 +278,11 @@ if __name__ == "__main__":
     from tests.lab.state import Lab
 
     own = "--lab" not in sys.argv
-    x = (labmod.up(nodes=2, pin="all", owner_pid=os.getpid()) if own
-         else Lab.load(sys.argv[sys.argv.index("--lab") + 1]))
+    x = (
+        labmod.up(nodes=2, pin="all", owner_pid=os.getpid())
+        if own
+        else Lab.load(sys.argv[sys.argv.index("--lab") + 1])
+    )
     try:
         res = figures(x, 25 if "--quick" in sys.argv else 50)
     finally:
@@ -260,6 +290,9 @@ if __name__ == "__main__":
             labmod.down(x)
     for k in ("chunk", "app", "drawn", "ref"):
         v = sorted(res[k])
-        print(k, f"median {statistics.median(v) * 1000:.2f} ms",
-              " ".join(f"{s * 1000:.1f}" for s in v))
+        print(
+            k,
+            f"median {statistics.median(v) * 1000:.2f} ms",
+            " ".join(f"{s * 1000:.1f}" for s in v),
+        )
     print("lost", res["lost"])

@@ -31,7 +31,9 @@ from sparktui.core.probes.docker import DOCKER_PS_ARGV
 from sparktui.core.probes.gpu import APPS_QUERY_ARGV, GPU_QUERY_ARGV
 from sparktui.core.probes.ray import RAY_NODES_SNIPPET
 
-PROBE_OUTPUT = Path(__file__).parent.parent / "tests" / "fixtures" / "probe" / "lab_worker_probe.txt"
+PROBE_OUTPUT = (
+    Path(__file__).parent.parent / "tests" / "fixtures" / "probe" / "lab_worker_probe.txt"
+)
 
 
 async def _median(transport, command: Command, n: int) -> float:
@@ -58,10 +60,10 @@ async def _lab_figures(cfg: config.Config, n: int) -> tuple[float, float, str]:
         c = cfg.container.name
         singles = {
             "docker exec python3 ray.nodes()": Command(
-                ("docker", "exec", c, "python3", "-c", RAY_NODES_SNIPPET)),
+                ("docker", "exec", c, "python3", "-c", RAY_NODES_SNIPPET)
+            ),
             "docker ps": Command(tuple(DOCKER_PS_ARGV)),
-            "docker exec env": Command(("docker", "exec", c, "sh", "-c",
-                                        probe_script.ENV_SCRIPT)),
+            "docker exec env": Command(("docker", "exec", c, "sh", "-c", probe_script.ENV_SCRIPT)),
             "nvidia-smi gpus": Command(tuple(GPU_QUERY_ARGV)),
             "nvidia-smi apps": Command(tuple(APPS_QUERY_ARGV)),
             "ip -j addr": Command(("ip", "-j", "addr")),
@@ -83,8 +85,11 @@ def _lab_rows(quick: bool) -> list[Row]:
         value, ref, slowest = asyncio.run(_lab_figures(cfg, 3 if quick else 7))
     finally:
         labmod.down(lab)
-    return [ratio_row("one refresh of the 2-node lab", value,
-                      f"slowest probe alone ({slowest})", ref, 1.5)]
+    return [
+        ratio_row(
+            "one refresh of the 2-node lab", value, f"slowest probe alone ({slowest})", ref, 1.5
+        )
+    ]
 
 
 SSHD_CONFIG = """\
@@ -106,15 +111,16 @@ ForceCommand cat {dir}/probe_output.txt
 
 def _loopback_sshd(n_nodes: int, port: int, d: Path) -> list[subprocess.Popen]:
     """Real sshd processes serving 127.0.1.1..n (sshd listens on at most 16 addresses each)."""
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host_key")],
-                   check=True)
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "id")],
-                   check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host_key")], check=True
+    )
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "id")], check=True)
     shutil.copy(d / "id.pub", d / "authorized_keys")
     shutil.copy(PROBE_OUTPUT, d / "probe_output.txt")
     pub = (d / "host_key.pub").read_text().split()
-    (d / "known_hosts").write_text("".join(
-        f"[127.0.1.{i}]:{port} {pub[0]} {pub[1]}\n" for i in range(1, n_nodes + 1)))
+    (d / "known_hosts").write_text(
+        "".join(f"[127.0.1.{i}]:{port} {pub[0]} {pub[1]}\n" for i in range(1, n_nodes + 1))
+    )
     os.makedirs("/run/sshd", exist_ok=True)
     sshd = shutil.which("sshd") or "/usr/sbin/sshd"
     procs = []
@@ -122,14 +128,29 @@ def _loopback_sshd(n_nodes: int, port: int, d: Path) -> list[subprocess.Popen]:
         last = min(n_nodes, first + 15)
         listen = "\n".join(f"ListenAddress 127.0.1.{i}:{port}" for i in range(first, last + 1))
         conf = d / f"sshd_config.{first}"
-        conf.write_text(SSHD_CONFIG.format(port=port, listen=listen, dir=d)
-                        .replace("sshd.pid", f"sshd.{first}.pid"))
+        conf.write_text(
+            SSHD_CONFIG.format(port=port, listen=listen, dir=d).replace(
+                "sshd.pid", f"sshd.{first}.pid"
+            )
+        )
         # A private mount namespace with an empty /root: this machine's root .bashrc (pyenv
         # init, ~130 ms) would otherwise run for every command (bash reads it under sshd).
-        procs.append(subprocess.Popen(
-            ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-             'mount -t tmpfs tmpfs /root && exec "$0" -D -e -f "$1"', sshd, str(conf)],
-            stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                [
+                    "unshare",
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "sh",
+                    "-c",
+                    'mount -t tmpfs tmpfs /root && exec "$0" -D -e -f "$1"',
+                    sshd,
+                    str(conf),
+                ],
+                stderr=subprocess.DEVNULL,
+            )
+        )
     return procs
 
 
@@ -142,20 +163,31 @@ def _fanout_rows(quick: bool) -> list[Row]:
             time.sleep(0.5)
             nodes = "\n".join(
                 f"  - {{name: n{i:02d}, host: 127.0.1.{i}, ip: 127.0.1.{i}"
-                + (", role: head}" if i == 1 else "}") for i in range(1, n_nodes + 1))
+                + (", role: head}" if i == 1 else "}")
+                for i in range(1, n_nodes + 1)
+            )
             cfg = config.parse(
                 f"cluster: {{name: fanout}}\nrefresh_interval: 1\n"
                 f"ssh: {{user: root, port: {port}, identity_file: {d}/id, "
-                f"known_hosts: {d}/known_hosts}}\nnodes:\n{nodes}\n", "fanout.yaml")
+                f"known_hosts: {d}/known_hosts}}\nnodes:\n{nodes}\n",
+                "fanout.yaml",
+            )
             cpu, ticks, reachable, probes = asyncio.run(_fanout(cfg, seconds))
         finally:
             for proc in procs:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(10)
     pct = 100 * cpu / seconds
-    return [limit_row(f"{n_nodes} nodes at 1 Hz: CPU of one core", pct, "%", 25,
-                      note=f"{ticks} ticks, {reachable}/{n_nodes} reachable, "
-                           f"{probes / seconds:.0f} probes/s answered")]
+    return [
+        limit_row(
+            f"{n_nodes} nodes at 1 Hz: CPU of one core",
+            pct,
+            "%",
+            25,
+            note=f"{ticks} ticks, {reachable}/{n_nodes} reachable, "
+            f"{probes / seconds:.0f} probes/s answered",
+        )
+    ]
 
 
 async def _fanout(cfg: config.Config, seconds: float) -> tuple[float, int, int, int]:

@@ -33,13 +33,26 @@ POLL = 0.5
 
 
 def _ssh(lab, node, argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
-    cmd = ["ssh", "-i", str(lab.key_path), "-o", f"UserKnownHostsFile={lab.known_hosts}",
-           "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=5",
-           f"root@{node.ext_ip}", shlex.join(argv)]
+    cmd = [
+        "ssh",
+        "-i",
+        str(lab.key_path),
+        "-o",
+        f"UserKnownHostsFile={lab.known_hosts}",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "ConnectTimeout=5",
+        f"root@{node.ext_ip}",
+        shlex.join(argv),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if check and r.returncode != 0:
-        raise RuntimeError(f"{node.name}: {shlex.join(argv)} exited {r.returncode}: "
-                           f"{r.stderr[-500:]}")
+        raise RuntimeError(
+            f"{node.name}: {shlex.join(argv)} exited {r.returncode}: {r.stderr[-500:]}"
+        )
     return r
 
 
@@ -62,16 +75,20 @@ def restart_by_hand(lab, cfg) -> float:
     for n in (head, worker):
         _ssh(lab, n, ["docker", "rm", "-f", c])
     _ssh(lab, head, docker_run_argv(cfg, cfg.head))
-    _until(lambda: _ssh(lab, head, ["docker", "exec", c, "ray", "status"],
-                        check=False).returncode == 0, "the GCS")
+    _until(
+        lambda: (
+            _ssh(lab, head, ["docker", "exec", c, "ray", "status"], check=False).returncode == 0
+        ),
+        "the GCS",
+    )
     _ssh(lab, worker, docker_run_argv(cfg, cfg.node(worker.name)))
     want = {n.ip for n in cfg.nodes}
 
     def all_alive() -> bool:
-        r = _ssh(lab, head, ["docker", "exec", c, "python3", "-c", RAY_NODES_SNIPPET],
-                 check=False)
+        r = _ssh(lab, head, ["docker", "exec", c, "python3", "-c", RAY_NODES_SNIPPET], check=False)
         nodes, _err = parse_ray_nodes(r.stdout)
         return want <= {x.ip for x in nodes if x.alive}
+
     _until(all_alive, "both nodes alive in Ray")
     return time.perf_counter() - t0
 
@@ -79,8 +96,13 @@ def restart_by_hand(lab, cfg) -> float:
 def restart_sparktui(config_path: Path, state_home: str) -> float:
     env = dict(os.environ, XDG_STATE_HOME=state_home, PYTHONPATH=str(ROOT))
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "sparktui", "restart", "-c", str(config_path),
-                        "--yes"], capture_output=True, text=True, env=env, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "sparktui", "restart", "-c", str(config_path), "--yes"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     elapsed = time.perf_counter() - t0
     if r.returncode != 0:
         raise RuntimeError(f"sparktui restart failed ({r.returncode}): {r.stderr[-2000:]}")
@@ -103,10 +125,20 @@ def run(quick: bool) -> list[Row]:
     finally:
         labmod.down(lab)
     h, o = statistics.median(hand), statistics.median(ours)
-    note = (f"{rounds} rounds each; sparktui {', '.join(f'{x:.1f}' for x in ours)} s; "
-            f"by hand {', '.join(f'{x:.1f}' for x in hand)} s")
-    return [ratio_row("restart of the 2-node lab (sparktui restart --yes)", o,
-                      "same steps by hand (ssh, sequential)", h, 1.3, note=note)]
+    note = (
+        f"{rounds} rounds each; sparktui {', '.join(f'{x:.1f}' for x in ours)} s; "
+        f"by hand {', '.join(f'{x:.1f}' for x in hand)} s"
+    )
+    return [
+        ratio_row(
+            "restart of the 2-node lab (sparktui restart --yes)",
+            o,
+            "same steps by hand (ssh, sequential)",
+            h,
+            1.3,
+            note=note,
+        )
+    ]
 
 
 if __name__ == "__main__":  # pragma: no cover

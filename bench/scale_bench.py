@@ -43,20 +43,29 @@ def _fanout_row(quick: bool, n_nodes: int = 128) -> Row:
             time.sleep(0.5)
             nodes = "\n".join(
                 f"  - {{name: n{i:03d}, host: 127.0.1.{i}, ip: 127.0.1.{i}"
-                + (", role: head}" if i == 1 else "}") for i in range(1, n_nodes + 1))
+                + (", role: head}" if i == 1 else "}")
+                for i in range(1, n_nodes + 1)
+            )
             cfg = config.parse(
                 f"cluster: {{name: fanout}}\nrefresh_interval: 1\n"
                 f"ssh: {{user: root, port: {port}, identity_file: {d}/id, "
-                f"known_hosts: {d}/known_hosts}}\nnodes:\n{nodes}\n", "fanout.yaml")
+                f"known_hosts: {d}/known_hosts}}\nnodes:\n{nodes}\n",
+                "fanout.yaml",
+            )
             cpu, ticks, reachable, probes = asyncio.run(_fanout(cfg, seconds))
         finally:
             for proc in procs:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(10)
     pct = 100 * cpu / seconds
-    return limit_row(f"{n_nodes} nodes at 1 Hz: CPU of one core", pct, "%", 25,
-                     note=f"{ticks} ticks, {reachable}/{n_nodes} reachable, "
-                          f"{probes / seconds:.0f} probes/s answered")
+    return limit_row(
+        f"{n_nodes} nodes at 1 Hz: CPU of one core",
+        pct,
+        "%",
+        25,
+        note=f"{ticks} ticks, {reachable}/{n_nodes} reachable, "
+        f"{probes / seconds:.0f} probes/s answered",
+    )
 
 
 async def _console(cfg: config.Config, idle_s: float, keys: int) -> tuple[float, float, float]:
@@ -75,8 +84,12 @@ async def _console(cfg: config.Config, idle_s: float, keys: int) -> tuple[float,
         def full() -> bool:
             snap = main.snapshot
             table = main.query_one(NodeTable)
-            return (snap is not None and all(n.probe_seconds is not None for n in snap.nodes)
-                    and len(table.order) == len(cfg.nodes) and table.row_count == len(cfg.nodes))
+            return (
+                snap is not None
+                and all(n.probe_seconds is not None for n in snap.nodes)
+                and len(table.order) == len(cfg.nodes)
+                and table.row_count == len(cfg.nodes)
+            )
 
         while not full():
             if time.monotonic() - t0 > 300:
@@ -132,8 +145,13 @@ def _console_rows(quick: bool, n_nodes: int = 32) -> list[Row]:
     return [
         Row(f"console, {n_nodes} lab nodes: first full screen", first, "s", note=note),
         Row(f"console, {n_nodes} lab nodes: CPU while idle", idle, "%", note="of one core"),
-        limit_row(f"console, {n_nodes} lab nodes: key-to-render p99", p99 * 1000, "ms", 150,
-                  note="node table up/down while the nodes refresh"),
+        limit_row(
+            f"console, {n_nodes} lab nodes: key-to-render p99",
+            p99 * 1000,
+            "ms",
+            150,
+            note="node table up/down while the nodes refresh",
+        ),
     ]
 
 

@@ -12,8 +12,9 @@ def run(quick: bool) -> list[Row]:
     n = 5 if quick else 15
 
     def version() -> None:
-        subprocess.run([sys.executable, "-m", "sparktui", "--version"], check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "sparktui", "--version"], check=True, stdout=subprocess.DEVNULL
+        )
 
     def bare() -> None:
         subprocess.run([sys.executable, "-c", "pass"], check=True)

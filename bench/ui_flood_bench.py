@@ -167,9 +167,14 @@ class _Probe:
         t, filt, findings, pinned = self.lv
         if t <= armed:
             return False
-        return {"filter-e": filt == "e", "filter-none": filt == "",
-                "findings-on": findings, "findings-off": not findings,
-                "unpinned": not pinned, "pinned": pinned}[what]
+        return {
+            "filter-e": filt == "e",
+            "filter-none": filt == "",
+            "findings-on": findings,
+            "findings-off": not findings,
+            "unpinned": not pinned,
+            "pinned": pinned,
+        }[what]
 
     def _on_ctl(self) -> None:
         try:
@@ -194,11 +199,20 @@ class _Probe:
         waited = (time.monotonic_ns() - (self.done_at or 0)) / 1e9
         if received >= self.expected or waited > 60:
             follower = getattr(self.app.backend, "_follower", None)
-            self.send("final " + json.dumps({
-                "received": received, "waited": waited, "frames": self.frames,
-                "delivered": getattr(follower, "lines_delivered", None),
-                "rss0": self.rss0, "hwm": _status("self", "VmHWM"),
-                "rss": _status("self", "VmRSS")}))
+            self.send(
+                "final "
+                + json.dumps(
+                    {
+                        "received": received,
+                        "waited": waited,
+                        "frames": self.frames,
+                        "delivered": getattr(follower, "lines_delivered", None),
+                        "rss0": self.rss0,
+                        "hwm": _status("self", "VmHWM"),
+                        "rss": _status("self", "VmRSS"),
+                    }
+                )
+            )
             self.expected = None
             self.app.exit()
 
@@ -268,7 +282,7 @@ def _expect(q: queue.Queue, prefix: str, timeout: float) -> list[str] | None:
         if msg is None:
             raise RuntimeError("the console process ended early")
         if msg.startswith(prefix + " ") or msg == prefix:
-            return [msg[len(prefix) + 1:]] if msg != prefix else []
+            return [msg[len(prefix) + 1 :]] if msg != prefix else []
 
 
 def flood(seconds: float, rate: int = RATE) -> dict:
@@ -276,8 +290,10 @@ def flood(seconds: float, rate: int = RATE) -> dict:
     log = tmp / "vllm.log"
     log.write_text("")
     cfg = tmp / "sparktui.yaml"
-    cfg.write_text("cluster: {name: flood}\nnodes:\n  - {name: local, host: local, role: head}\n"
-                   f"vllm: {{log: {json.dumps(str(log))}}}\n")
+    cfg.write_text(
+        "cluster: {name: flood}\nnodes:\n  - {name: local, host: local, role: head}\n"
+        f"vllm: {{log: {json.dumps(str(log))}}}\n"
+    )
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
     p2c_r, p2c_w = os.pipe()
@@ -287,9 +303,15 @@ def flood(seconds: float, rate: int = RATE) -> dict:
     for k in ("TEXTUAL", "TEXTUAL_ANIMATIONS"):  # the defaults an operator has
         env.pop(k, None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.ui_flood_bench", "--child", str(cfg), str(p2c_r),
-         str(c2p_w)], stdin=slave, stdout=slave, stderr=slave, pass_fds=(p2c_r, c2p_w),
-        cwd=ROOT, env=env, start_new_session=True)
+        [sys.executable, "-m", "bench.ui_flood_bench", "--child", str(cfg), str(p2c_r), str(c2p_w)],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        pass_fds=(p2c_r, c2p_w),
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+    )
     os.close(slave), os.close(p2c_r), os.close(c2p_w)
     out_bytes = [0]
     tty_tail = bytearray()
@@ -299,19 +321,36 @@ def flood(seconds: float, rate: int = RATE) -> dict:
     writer = None
     try:
         if _expect(msgs, "ready", 60) is None:
-            raise RuntimeError("the console did not start: "
-                               + tty_tail.decode("utf-8", "replace")[-2000:])
+            raise RuntimeError(
+                "the console did not start: " + tty_tail.decode("utf-8", "replace")[-2000:]
+            )
         time.sleep(1.0)  # the follower is running, the first refresh done
         cpu0 = _cpu(proc.pid)
-        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(log), str(rate),
-                                   str(seconds), str(FIXTURE)], stdout=subprocess.PIPE,
-                                  text=True)
+        writer = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(log), str(rate), str(seconds), str(FIXTURE)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         spy = None
         if os.environ.get("FLOOD_PYSPY"):  # profile the console while it floods
             spy = subprocess.Popen(
-                ["py-spy", "record", "-p", str(proc.pid), "-d", str(int(seconds)), "-r", "100",
-                 "--nonblocking", "-f", "raw", "-o", os.environ["FLOOD_PYSPY"]],
-                stdout=subprocess.DEVNULL)
+                [
+                    "py-spy",
+                    "record",
+                    "-p",
+                    str(proc.pid),
+                    "-d",
+                    str(int(seconds)),
+                    "-r",
+                    "100",
+                    "--nonblocking",
+                    "-f",
+                    "raw",
+                    "-o",
+                    os.environ["FLOOD_PYSPY"],
+                ],
+                stdout=subprocess.DEVNULL,
+            )
         latencies: list[tuple[str, float]] = []
         rss_max = 0
         i = 0
@@ -338,9 +377,16 @@ def flood(seconds: float, rate: int = RATE) -> dict:
             raise RuntimeError("the console did not report its line count")
         result = json.loads(final[0])
         proc.wait(30)
-        result.update(written=int(written), wrote_for=float(wrote_for),
-                      latencies=latencies, rss_sampled_max=rss_max, tty_bytes=out_bytes[0],
-                      cpu=cpu, seconds=seconds, rate=rate)
+        result.update(
+            written=int(written),
+            wrote_for=float(wrote_for),
+            latencies=latencies,
+            rss_sampled_max=rss_max,
+            tty_bytes=out_bytes[0],
+            cpu=cpu,
+            seconds=seconds,
+            rate=rate,
+        )
         return result
     finally:
         if writer is not None and writer.poll() is None:
@@ -375,19 +421,35 @@ def rows(r: dict) -> list[Row]:
     label = f"UI at {r['rate'] // 1000}k lines/s for {r['seconds']:g} s"
     achieved = r["written"] / r["wrote_for"] if r["wrote_for"] else 0
     p99 = _pct(lat, 0.99) if lat else float("inf")
-    key_row = limit_row(f"{label}: p99 key-to-render", p99 * 1000, "ms", 150,
-                        note=f"{len(lat)} keys, median {_pct(lat, .5) * 1000:.1f} ms, "
-                             f"worst {worst[1] * 1000:.0f} ms ({worst[0]}); "
-                             f"{r['frames']} frames, {achieved:,.0f} lines/s written, "
-                             f"console CPU {100 * r['cpu'] / r['wrote_for']:.0f}% of a core")
-    rss_row = limit_row(f"{label}: peak RSS of the console process", r["hwm"] / mb, "MB",
-                        250, note=f"VmHWM; {r['rss0'] / mb:.0f} MB before the app, "
-                                  f"+{(r['hwm'] - r['rss0']) / mb:.0f} MB growth")
-    count_row = Row(f"{label}: lines in the log pane", r["received"], "lines",
-                    "lines written", r["written"], "= written",
-                    ok=r["received"] == r["written"],
-                    note=f"follower delivered {r['delivered']}, "
-                         f"drained {r['waited']:.1f} s after the writer stopped")
+    key_row = limit_row(
+        f"{label}: p99 key-to-render",
+        p99 * 1000,
+        "ms",
+        150,
+        note=f"{len(lat)} keys, median {_pct(lat, 0.5) * 1000:.1f} ms, "
+        f"worst {worst[1] * 1000:.0f} ms ({worst[0]}); "
+        f"{r['frames']} frames, {achieved:,.0f} lines/s written, "
+        f"console CPU {100 * r['cpu'] / r['wrote_for']:.0f}% of a core",
+    )
+    rss_row = limit_row(
+        f"{label}: peak RSS of the console process",
+        r["hwm"] / mb,
+        "MB",
+        250,
+        note=f"VmHWM; {r['rss0'] / mb:.0f} MB before the app, "
+        f"+{(r['hwm'] - r['rss0']) / mb:.0f} MB growth",
+    )
+    count_row = Row(
+        f"{label}: lines in the log pane",
+        r["received"],
+        "lines",
+        "lines written",
+        r["written"],
+        "= written",
+        ok=r["received"] == r["written"],
+        note=f"follower delivered {r['delivered']}, "
+        f"drained {r['waited']:.1f} s after the writer stopped",
+    )
     return [key_row, rss_row, count_row]
 
 
@@ -406,7 +468,9 @@ if __name__ == "__main__":
         for name, x in lats:
             by.setdefault(name, []).append(x * 1000)
         for name, xs in by.items():
-            print(f"{name:10} n={len(xs):3} median {sorted(xs)[len(xs) // 2]:7.1f} ms  "
-                  f"max {max(xs):7.1f} ms")
+            print(
+                f"{name:10} n={len(xs):3} median {sorted(xs)[len(xs) // 2]:7.1f} ms  "
+                f"max {max(xs):7.1f} ms"
+            )
         for r in rows({**res, "latencies": lats}):
             print(r)

@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m ruff check sparktui tests bench
+python3 -m ruff format --check sparktui tests bench
 shellcheck -s sh sparktui/remote/*.sh
 lint-imports
 python3 -m mypy

@@ -26,13 +26,15 @@ COMMANDS: dict[str, str] = {
     "status": "Show every node's state and what is wrong",
     "diagnose": "Find known crash signatures in a vLLM log (file or stdin)",
     "bundle": "Write one archive for a bug report: status, doctor, findings, every node's "
-              "logs, versions, the config (secrets masked)",
+    "logs, versions, the config (secrets masked)",
 }
 
-DEMO_HELP = ("show the console on a built-in story, with no cluster: two DGX Sparks, Ray "
-             "registered the head under its management IP instead of the configured "
-             "interconnect IP, vLLM's placement group fails, and the console diagnoses why "
-             "(nothing is run anywhere)")
+DEMO_HELP = (
+    "show the console on a built-in story, with no cluster: two DGX Sparks, Ray "
+    "registered the head under its management IP instead of the configured "
+    "interconnect IP, vLLM's placement group fails, and the console diagnoses why "
+    "(nothing is run anywhere)"
+)
 
 
 def subcommands() -> dict[str, str]:
@@ -51,22 +53,34 @@ class _Parser(argparse.ArgumentParser):
 
 def _global_options(p: argparse.ArgumentParser, *, sub: bool) -> None:
     default = argparse.SUPPRESS if sub else None
-    p.add_argument("-c", "--config", metavar="FILE", default=default,
-                   help="cluster config (default: $SPARKTUI_CONFIG, ./sparktui.yaml, "
-                        "~/.config/sparktui/config.yaml; none: this machine alone)")
-    p.add_argument("--read-only", action="store_true",
-                   default=argparse.SUPPRESS if sub else False,
-                   help="watch only: refuse every command that changes a node")
-    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS if sub else False,
-                   help="log in detail to ~/.local/state/sparktui/sparktui.log "
-                        "($XDG_STATE_HOME) and, except in the console, to stderr")
+    p.add_argument(
+        "-c",
+        "--config",
+        metavar="FILE",
+        default=default,
+        help="cluster config (default: $SPARKTUI_CONFIG, ./sparktui.yaml, "
+        "~/.config/sparktui/config.yaml; none: this machine alone)",
+    )
+    p.add_argument(
+        "--read-only",
+        action="store_true",
+        default=argparse.SUPPRESS if sub else False,
+        help="watch only: refuse every command that changes a node",
+    )
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS if sub else False,
+        help="log in detail to ~/.local/state/sparktui/sparktui.log "
+        "($XDG_STATE_HOME) and, except in the console, to stderr",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="sparktui",
         description="A console for vLLM across GPU nodes in a Ray cluster. "
-                    "Without a subcommand, opens the console.",
+        "Without a subcommand, opens the console.",
     )
     parser.add_argument("--version", action="version", version=f"sparktui {__version__}")
     _global_options(parser, sub=False)
@@ -122,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command is None:
             from sparktui.commands import console
+
             return console.run(args)
         run: Callable[[argparse.Namespace], int] | None = getattr(args, "run", None)
         if run is None:

@@ -56,6 +56,7 @@ def _text(expand: bool, optional: bool = False) -> Callable[[Any], str | None]:
         if value is None or isinstance(value, (bool, list, dict)) or value == "":
             raise rule("text", "must be a non-empty string")
         return _expand(str(value)) if expand else str(value)
+
     return convert
 
 
@@ -64,15 +65,22 @@ def _matching(regex: re.Pattern[str], what: str) -> Callable[[str | None], str |
         if value is not None and not regex.fullmatch(value):
             raise rule("format", "'{value}' " + what, value=value)
         return value
+
     return check
 
 
 def _between(lo: float, hi: float) -> Callable[[Any], Any]:
     def check(value: Any) -> Any:
         if not lo <= value <= hi:
-            raise rule("range", "must be between {lo} and {hi}, not {value}",
-                       lo=f"{lo:g}", hi=f"{hi:g}", value=value)
+            raise rule(
+                "range",
+                "must be between {lo} and {hi}, not {value}",
+                lo=f"{lo:g}",
+                hi=f"{hi:g}",
+                value=value,
+            )
         return value
+
     return check
 
 
@@ -164,9 +172,15 @@ class SshSettings(Model):
     strict_host_key_checking: bool = True
     connect_timeout: SshSeconds = 5.0
     keepalive_interval: SshSeconds = 10.0
-    ciphers: Annotated[OptText, AfterValidator(_matching(
-        CIPHERS_RE, "is not an OpenSSH cipher list "
-                    "(e.g. aes256-gcm@openssh.com,chacha20-poly1305@openssh.com)"))
+    ciphers: Annotated[
+        OptText,
+        AfterValidator(
+            _matching(
+                CIPHERS_RE,
+                "is not an OpenSSH cipher list "
+                "(e.g. aes256-gcm@openssh.com,chacha20-poly1305@openssh.com)",
+            )
+        ),
     ] = DEFAULT_CIPHERS
     """OpenSSH `Ciphers` syntax. AES-GCM first: asyncssh's ChaCha20-Poly1305 costs ~0.15 ms
     more per packet (measured), which every followed log line pays. None: ~/.ssh/config."""
@@ -178,8 +192,9 @@ class SshSettings(Model):
 
 
 class ContainerConfig(Model):
-    name: Annotated[RawText, AfterValidator(
-        _matching(CONTAINER_RE, "is not a valid docker container name"))] = "vllm_node"
+    name: Annotated[
+        RawText, AfterValidator(_matching(CONTAINER_RE, "is not a valid docker container name"))
+    ] = "vllm_node"
     image: OptText = None
     run_args: StrList = Field(default_factory=list)
     env: Env = Field(default_factory=dict)
@@ -187,8 +202,12 @@ class ContainerConfig(Model):
 
 
 class NodeConfig(Model):
-    name: Annotated[RawText, AfterValidator(
-        _matching(NAME_RE, "is not a node name: use letters, digits, '.', '_', '-'"))]
+    name: Annotated[
+        RawText,
+        AfterValidator(
+            _matching(NAME_RE, "is not a node name: use letters, digits, '.', '_', '-'")
+        ),
+    ]
     host: Annotated[Text, AfterValidator(_host)]
     """SSH address, ~/.ssh/config alias, or `local`."""
     ip: Annotated[Text, AfterValidator(_ip)] | None = None
@@ -240,22 +259,31 @@ class VllmConfig(Model):
 
     def parallel_size(self) -> int:
         """TP x PP as given in `args` (1 when absent)."""
+
         def value(*flags: str) -> int:
             for i, a in enumerate(self.args):
                 for f in flags:
-                    text = (self.args[i + 1] if a == f and i + 1 < len(self.args)
-                            else a.split("=", 1)[1] if a.startswith(f + "=") else None)
+                    text = (
+                        self.args[i + 1]
+                        if a == f and i + 1 < len(self.args)
+                        else a.split("=", 1)[1]
+                        if a.startswith(f + "=")
+                        else None
+                    )
                     if text is not None:
                         try:
                             return int(text)
                         except ValueError:
                             return 1
             return 1
+
         return value("--tensor-parallel-size", "-tp") * value("--pipeline-parallel-size", "-pp")
 
 
 def _run_list(value: Any) -> Any:
-    return [value] if isinstance(value, (str, int, float)) and not isinstance(value, bool) else value
+    return (
+        [value] if isinstance(value, (str, int, float)) and not isinstance(value, bool) else value
+    )
 
 
 def _nodes_list(value: Any) -> Any:
@@ -268,7 +296,8 @@ class ScriptAction(Model):
     run: Annotated[StrList, BeforeValidator(_run_list), Field(min_length=1)]
     """argv on the node."""
     nodes: Annotated[list[str] | Literal["all"], BeforeValidator(_nodes_list)] = Field(
-        default_factory=list)
+        default_factory=list
+    )
     """Node names it runs on, in order (default: the head; `all`: every node)."""
     timeout: LongSeconds = 600.0
     _name: str = PrivateAttr(default="")
@@ -294,15 +323,19 @@ class ActionScripts(Model):
 
 
 def _cluster(value: Any) -> Any:
-    return {"name": value} if isinstance(value, (str, int, float)) and not isinstance(
-        value, bool) else value
+    return (
+        {"name": value}
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool)
+        else value
+    )
 
 
 class Config(Model):
     """Everything a config file may say: the only declaration of its keys."""
 
     cluster: Annotated[ClusterSettings, BeforeValidator(_cluster)] = Field(
-        default_factory=ClusterSettings)
+        default_factory=ClusterSettings
+    )
     """`{name: ...}` or just the name."""
     ssh: SshSettings = Field(default_factory=SshSettings)
     """Defaults for every node."""
@@ -350,8 +383,11 @@ class Config(Model):
     @property
     def scripts(self) -> dict[str, ScriptAction]:
         """The script-mode actions by name."""
-        return {name: a for name in ActionScripts.model_fields
-                if (a := getattr(self.actions, name)) is not None}
+        return {
+            name: a
+            for name in ActionScripts.model_fields
+            if (a := getattr(self.actions, name)) is not None
+        }
 
     @property
     def head(self) -> NodeConfig:
@@ -375,8 +411,11 @@ def discover(explicit: str | None = None) -> Path | None:
     env = os.environ.get("SPARKTUI_CONFIG")
     if env:
         return Path(os.path.expanduser(env))
-    for candidate in (Path("sparktui.yaml"), locations.config_dir() / "config.yaml",
-                      locations.config_dir() / "sparktui.yaml"):
+    for candidate in (
+        Path("sparktui.yaml"),
+        locations.config_dir() / "config.yaml",
+        locations.config_dir() / "sparktui.yaml",
+    ):
         if candidate.is_file():
             return candidate
     return None
@@ -416,6 +455,7 @@ _HINTS: dict[KeyPath, str] = {
 
 def _describe_for(data: Any) -> Callable[[KeyPath], str]:
     """Names a path the way the user wrote it: `node 'spark-2'.ssh.port`, `nodes[0]`."""
+
     def describe(path: KeyPath) -> str:
         out = ""
         for i, part in enumerate(path):
@@ -429,6 +469,7 @@ def _describe_for(data: Any) -> Callable[[KeyPath], str]:
             else:
                 out = f"{out}.{part}" if out else str(part)
         return out
+
     return describe
 
 
@@ -436,8 +477,11 @@ def _explain(describe: Callable[[KeyPath], str]) -> Callable[[KeyPath, ErrorDeta
     def explain(path: KeyPath, err: ErrorDetails) -> str:
         kind = err["type"]
         if kind == "missing":
-            hint = _HINTS.get(path) or _HINTS.get(path[-1:]) if path[:1] != ("nodes",) or \
-                len(path) > 1 else None
+            hint = (
+                _HINTS.get(path) or _HINTS.get(path[-1:])
+                if path[:1] != ("nodes",) or len(path) > 1
+                else None
+            )
             if path == ("nodes",):
                 return _HINTS[("nodes",)]
             if hint:
@@ -447,6 +491,7 @@ def _explain(describe: Callable[[KeyPath], str]) -> Callable[[KeyPath, ErrorDeta
         if len(path) == 3 and path[0] == "actions" and path[2] == "run" and kind == "too_short":
             return f"{describe(path)} must not be empty"
         return ""
+
     return explain
 
 
@@ -473,31 +518,49 @@ def _resolve(cfg: Config, lines: Lines, file: str) -> Config:
         node._line = lines.of(("nodes", i))
         name_line = lines.of(("nodes", i, "name")) or 1
         if node.name in seen_names:
-            raise ConfigError(file, name_line, f"duplicate node name '{node.name}' "
-                              f"(first on line {seen_names[node.name]})")
+            raise ConfigError(
+                file,
+                name_line,
+                f"duplicate node name '{node.name}' (first on line {seen_names[node.name]})",
+            )
         seen_names[node.name] = name_line
         if node.ip is not None:
             if node.ip in seen_ips:
-                raise ConfigError(file, lines.of(("nodes", i, "ip")),
-                                  f"node '{node.name}'.ip {node.ip} is already the ip of node "
-                                  f"'{seen_ips[node.ip]}'")
+                raise ConfigError(
+                    file,
+                    lines.of(("nodes", i, "ip")),
+                    f"node '{node.name}'.ip {node.ip} is already the ip of node "
+                    f"'{seen_ips[node.ip]}'",
+                )
             seen_ips[node.ip] = node.name
-        short: dict[str, Any] = {k: getattr(node, k) for k in ("user", "port", "identity_file")
-                                 if k in node.model_fields_set}
-        node.ssh = cfg.ssh.model_copy(update={
-            **{k: getattr(node.ssh, k) for k in node.ssh.model_fields_set}, **short})
+        short: dict[str, Any] = {
+            k: getattr(node, k)
+            for k in ("user", "port", "identity_file")
+            if k in node.model_fields_set
+        }
+        node.ssh = cfg.ssh.model_copy(
+            update={**{k: getattr(node.ssh, k) for k in node.ssh.model_fields_set}, **short}
+        )
         own = node.container
-        node.container = cfg.container.model_copy(update={
-            **{k: getattr(own, k) for k in own.model_fields_set if k != "env"},
-            "env": {**cfg.container.env, **own.env}})
+        node.container = cfg.container.model_copy(
+            update={
+                **{k: getattr(own, k) for k in own.model_fields_set if k != "env"},
+                "env": {**cfg.container.env, **own.env},
+            }
+        )
     heads = [n for n in cfg.nodes if n.role == "head"]
     if len(heads) > 1:
-        raise ConfigError(file, heads[1].line, f"two head nodes ('{heads[0].name}' and "
-                          f"'{heads[1].name}'): exactly one node has role: head")
+        raise ConfigError(
+            file,
+            heads[1].line,
+            f"two head nodes ('{heads[0].name}' and "
+            f"'{heads[1].name}'): exactly one node has role: head",
+        )
     if not heads:
         if len(cfg.nodes) > 1:
-            raise ConfigError(file, lines.of(("nodes",)),
-                              "no node has role: head (exactly one must)")
+            raise ConfigError(
+                file, lines.of(("nodes",)), "no node has role: head (exactly one must)"
+            )
         cfg.nodes[0].role = "head"
     names = [n.name for n in cfg.nodes]
     for name, action in cfg.scripts.items():
@@ -508,8 +571,11 @@ def _resolve(cfg: Config, lines: Lines, file: str) -> Config:
             action.nodes = [cfg.head.name]
         for n in action.nodes:
             if n not in names:
-                raise ConfigError(file, lines.of(("actions", name, "nodes")),
-                                  f"actions.{name}.nodes: no node named '{n}'")
+                raise ConfigError(
+                    file,
+                    lines.of(("actions", name, "nodes")),
+                    f"actions.{name}.nodes: no node named '{n}'",
+                )
     cfg._path = file
     cfg._patterns_line = lines.of(("patterns",)) if "patterns" in cfg.model_fields_set else None
     return cfg

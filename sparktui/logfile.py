@@ -39,7 +39,8 @@ def setup(*, debug: bool = False, stderr: bool = False) -> Path | None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handler: logging.Handler = logging.handlers.RotatingFileHandler(
-            path, maxBytes=1 << 20, backupCount=2, encoding="utf-8")
+            path, maxBytes=1 << 20, backupCount=2, encoding="utf-8"
+        )
     except OSError:
         path = None
     else:

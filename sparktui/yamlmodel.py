@@ -69,8 +69,9 @@ def compose(text: str, file: str, describe: Callable[[Path], str] = dotted) -> t
             rows = text.splitlines()
             if mark is not None and mark.line < len(rows) and "\t" in rows[mark.line]:
                 problem += " (tabs are not allowed for indentation in YAML; use spaces)"
-            raise YamlError(file, mark.line + 1 if mark else None,
-                            f"YAML syntax error: {problem}") from None
+            raise YamlError(
+                file, mark.line + 1 if mark else None, f"YAML syntax error: {problem}"
+            ) from None
         except yaml.YAMLError as e:
             raise YamlError(file, None, f"YAML error: {e}") from None
         if root is None:
@@ -82,18 +83,25 @@ def compose(text: str, file: str, describe: Callable[[Path], str] = dotted) -> t
         loader.dispose()
 
 
-def _walk(node: yaml.Node, path: Path, lines: Lines, file: str,
-          describe: Callable[[Path], str]) -> None:
+def _walk(
+    node: yaml.Node, path: Path, lines: Lines, file: str, describe: Callable[[Path], str]
+) -> None:
     lines.values[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for k, v in node.value:
             if not isinstance(k, yaml.ScalarNode):
-                raise YamlError(file, k.start_mark.line + 1,
-                                f"{describe(path) or 'config'}: keys must be plain names")
+                raise YamlError(
+                    file,
+                    k.start_mark.line + 1,
+                    f"{describe(path) or 'config'}: keys must be plain names",
+                )
             if k.value in seen:
-                raise YamlError(file, k.start_mark.line + 1,
-                                f"{describe(path) or 'config'}: duplicate key '{k.value}'")
+                raise YamlError(
+                    file,
+                    k.start_mark.line + 1,
+                    f"{describe(path) or 'config'}: duplicate key '{k.value}'",
+                )
             seen.add(k.value)
             lines.keys[path + (k.value,)] = k.start_mark.line + 1
             _walk(v, (*path, k.value), lines, file, describe)
@@ -104,14 +112,21 @@ def _walk(node: yaml.Node, path: Path, lines: Lines, file: str,
 
 # pydantic error type -> the file's words (after the field's name)
 _WORDS = {
-    "int_type": "must be an integer", "int_parsing": "must be an integer",
+    "int_type": "must be an integer",
+    "int_parsing": "must be an integer",
     "int_from_float": "must be an integer",
-    "float_type": "must be a number", "float_parsing": "must be a number",
-    "bool_type": "must be true or false", "bool_parsing": "must be true or false",
-    "string_type": "must be a non-empty string", "string_too_short": "must be a non-empty string",
-    "dict_type": "must be a mapping (key: value)", "model_type": "must be a mapping (key: value)",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be a non-empty string",
+    "string_too_short": "must be a non-empty string",
+    "dict_type": "must be a mapping (key: value)",
+    "model_type": "must be a mapping (key: value)",
     "model_attributes_type": "must be a mapping (key: value)",
-    "list_type": "must be a list", "tuple_type": "must be a list", "too_short": "must not be empty",
+    "list_type": "must be a list",
+    "tuple_type": "must be a list",
+    "too_short": "must not be empty",
 }
 
 
@@ -131,7 +146,9 @@ def first_error(exc: ValidationError, lines: Lines) -> tuple[Path, int | None, E
 
 def _clean(loc: Sequence[str | int]) -> Path:
     """Drop pydantic's union/validator tags (`function-after[...]`) from a location."""
-    return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("function"))))
+    return tuple(
+        p for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("function")))
+    )
 
 
 def words(err: ErrorDetails) -> str:
@@ -146,9 +163,16 @@ def words(err: ErrorDetails) -> str:
     return err["msg"]
 
 
-def validate(model: type[BaseModel], data: Any, lines: Lines, file: str,
-             describe: Callable[[Path], str], explain: Callable[[Path, ErrorDetails], str] | None = None,
-             context: dict[str, Any] | None = None, root: str = "config") -> Any:
+def validate(
+    model: type[BaseModel],
+    data: Any,
+    lines: Lines,
+    file: str,
+    describe: Callable[[Path], str],
+    explain: Callable[[Path, ErrorDetails], str] | None = None,
+    context: dict[str, Any] | None = None,
+    root: str = "config",
+) -> Any:
     """`model` validated from `data`, or YamlError at the first error's line.
 
     `root` names the whole file in messages ("config: unknown key ...")."""
@@ -162,8 +186,9 @@ def validate(model: type[BaseModel], data: Any, lines: Lines, file: str,
         raise YamlError(file, line, message) from None
 
 
-def default_message(path: Path, err: ErrorDetails, describe: Callable[[Path], str],
-                    model: type[BaseModel]) -> str:
+def default_message(
+    path: Path, err: ErrorDetails, describe: Callable[[Path], str], model: type[BaseModel]
+) -> str:
     """`what` + words: `ssh.port must be an integer`, `nodes[0]: unknown key 'addr' ...`."""
     kind = err["type"]
     if kind == "extra_forbidden":
@@ -185,8 +210,9 @@ def known_keys(model: type[BaseModel], path: Path) -> list[str]:
             continue
         info = getattr(current, "model_fields", {}).get(part)
         if info is None:
-            info = next((f for f in getattr(current, "model_fields", {}).values()
-                         if f.alias == part), None)
+            info = next(
+                (f for f in getattr(current, "model_fields", {}).values() if f.alias == part), None
+            )
         if info is None:
             return []
         current = _inner_model(info.annotation)

@@ -76,10 +76,8 @@ def lab_factory() -> Iterator[Callable[..., Lab]]:
     labmod.gc()  # labs of test sessions that died without teardown
     made: list[Lab] = []
 
-    def make_lab(nodes: int = 2, pin: str = "all", ray: bool = True,
-                 gpu_mode: str = "gb10") -> Lab:
-        lab = labmod.up(nodes=nodes, pin=pin, ray=ray, gpu_mode=gpu_mode,
-                        owner_pid=os.getpid())
+    def make_lab(nodes: int = 2, pin: str = "all", ray: bool = True, gpu_mode: str = "gb10") -> Lab:
+        lab = labmod.up(nodes=nodes, pin=pin, ray=ray, gpu_mode=gpu_mode, owner_pid=os.getpid())
         with _LOCK:
             _LABS.append(lab)
         made.append(lab)

@@ -72,8 +72,9 @@ def cases() -> list[Case]:
             if key in seen or c["url"] in dev_urls:
                 continue
             seen.add(key)
-            out.append(Case(c["id"], c["category"], c["url"], c["log"], split_of(c["url"]),
-                            path.name, c))
+            out.append(
+                Case(c["id"], c["category"], c["url"], c["log"], split_of(c["url"]), path.name, c)
+            )
     return out
 
 
@@ -118,8 +119,9 @@ def _iter_report(split: str) -> Iterator[str]:
     yield f"{split}: {s.right}/{s.total} = {s.accuracy:.1%} top-1"
     by_cat = Counter(c.category for c, _ in s.misses)
     if by_cat:
-        yield "misses by labelled category: " + ", ".join(f"{k} {v}" for k, v in
-                                                          by_cat.most_common())
+        yield "misses by labelled category: " + ", ".join(
+            f"{k} {v}" for k, v in by_cat.most_common()
+        )
     for c, got in s.misses:
         yield f"  MISS {c.id} [{c.category}] got {got[:3] or 'nothing'}"
 
@@ -131,8 +133,9 @@ def main(argv: list[str]) -> int:
         return 0
     if len(argv) == 2 and argv[0] == "export-train":
         train = [c.raw | {"split": "train"} for c in of_split("train")]
-        Path(argv[1]).write_text(yaml.safe_dump(train, sort_keys=False, allow_unicode=True,
-                                                width=1000), "utf-8")
+        Path(argv[1]).write_text(
+            yaml.safe_dump(train, sort_keys=False, allow_unicode=True, width=1000), "utf-8"
+        )
         print(f"{len(train)} train cases -> {argv[1]}")
         return 0
     if argv == ["stats"]:
@@ -140,12 +143,16 @@ def main(argv: list[str]) -> int:
         for split in ("train", "heldout"):
             sub = [c for c in all_cases if c.split == split]
             cats = Counter(c.category for c in sub)
-            print(f"{split}: {len(sub)} cases, {len({c.url for c in sub})} URLs; "
-                  + ", ".join(f"{k} {v}" for k, v in sorted(cats.items())))
+            print(
+                f"{split}: {len(sub)} cases, {len({c.url for c in sub})} URLs; "
+                + ", ".join(f"{k} {v}" for k, v in sorted(cats.items()))
+            )
         public = [c for c in all_cases if c.file != "dev"]
         held = sum(c.split == "heldout" for c in public)
-        print(f"public: {len(public)} cases, held out {held} = {held / len(public):.1%}; "
-              f"healthy: {len(healthy())}")
+        print(
+            f"public: {len(public)} cases, held out {held} = {held / len(public):.1%}; "
+            f"healthy: {len(healthy())}"
+        )
         return 0
     print(__doc__)
     return 2

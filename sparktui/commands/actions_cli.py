@@ -18,15 +18,26 @@ if TYPE_CHECKING:
 
 
 def add_arguments(p: argparse.ArgumentParser, action: str) -> None:
-    p.add_argument("-y", "--yes", action="store_true",
-                   help="do not ask for confirmation (needed without a terminal)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the plan (the exact commands, per node) and run nothing")
-    p.add_argument("--json", action="store_true",
-                   help="print a machine-readable result (steps, exit statuses, findings)")
+    p.add_argument(
+        "-y",
+        "--yes",
+        action="store_true",
+        help="do not ask for confirmation (needed without a terminal)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (the exact commands, per node) and run nothing",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print a machine-readable result (steps, exit statuses, findings)",
+    )
     if action == "serve":
-        p.add_argument("--force", action="store_true",
-                       help="serve even if the preflight checks find errors")
+        p.add_argument(
+            "--force", action="store_true", help="serve even if the preflight checks find errors"
+        )
 
 
 def _confirm(plan_text: str) -> bool | None:
@@ -102,14 +113,20 @@ def run(args: argparse.Namespace, action: str) -> int:
     if spec.confirm and refusal(action, cfg.read_only) is None and not args.yes:
         answer = _confirm(plan.render(full=False))
         if answer is None:
-            print(f"sparktui {action}: refusing to change nodes without confirmation: run it "
-                  f"on a terminal, or pass --yes (see the plan with --dry-run)", file=sys.stderr)
+            print(
+                f"sparktui {action}: refusing to change nodes without confirmation: run it "
+                f"on a terminal, or pass --yes (see the plan with --dry-run)",
+                file=sys.stderr,
+            )
             return 2
         if not answer:
             print(f"sparktui {action}: cancelled; nothing was run", file=sys.stderr)
             return 2
-    result = asyncio.run(run_action(action, cfg, on_event=_Progress(quiet=False),
-                                    force=getattr(args, "force", False)))
+    result = asyncio.run(
+        run_action(
+            action, cfg, on_event=_Progress(quiet=False), force=getattr(args, "force", False)
+        )
+    )
     if args.json:
         print_json(result.to_dict())
     else:
@@ -123,8 +140,10 @@ def run(args: argparse.Namespace, action: str) -> int:
             print(f"last lines of {cfg.vllm.log} on {cfg.head.name}:", file=sys.stderr)
             for line in result.log_tail.splitlines():
                 print(f"  | {line}", file=sys.stderr)
-        print(f"{action}: {result.state}: {result.message}",
-              file=sys.stdout if result.ok else sys.stderr)
+        print(
+            f"{action}: {result.state}: {result.message}",
+            file=sys.stdout if result.ok else sys.stderr,
+        )
     if result.state == "refused":
         return 2
     return 0 if result.ok else 1

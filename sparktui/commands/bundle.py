@@ -18,11 +18,19 @@ def _lines(text: str) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-o", "--output", metavar="FILE",
-                   help="where to write the .tar.gz (default: ./sparktui-bundle-<cluster>-"
-                        "<UTC time>.tar.gz)")
-    p.add_argument("--lines", type=_lines, default=2000, metavar="N",
-                   help="last N lines of every log of every node (default 2000)")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="where to write the .tar.gz (default: ./sparktui-bundle-<cluster>-<UTC time>.tar.gz)",
+    )
+    p.add_argument(
+        "--lines",
+        type=_lines,
+        default=2000,
+        metavar="N",
+        help="last N lines of every log of every node (default 2000)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,9 +45,11 @@ def run(args: argparse.Namespace) -> int:
     if out is not None:
         parent = os.path.dirname(os.path.abspath(out))
         if os.path.isdir(out) or not os.path.isdir(parent):
-            print(f"sparktui bundle: cannot write {out}: "
-                  f"{'it is a directory' if os.path.isdir(out) else 'no such directory'}",
-                  file=sys.stderr)
+            print(
+                f"sparktui bundle: cannot write {out}: "
+                f"{'it is a directory' if os.path.isdir(out) else 'no such directory'}",
+                file=sys.stderr,
+            )
             return 2
     from sparktui.core.bundle import build_bundle
 
@@ -52,7 +62,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     for node, why in bundle.errors.items():
         print(f"sparktui bundle: no logs from {node}: {why}", file=sys.stderr)
-    print(f"wrote {path} ({len(bundle.files)} files; status, doctor, findings, logs of "
-          f"{len(cfg.nodes) - len(bundle.errors)}/{len(cfg.nodes)} node(s), versions, "
-          f"config with secrets masked)")
+    print(
+        f"wrote {path} ({len(bundle.files)} files; status, doctor, findings, logs of "
+        f"{len(cfg.nodes) - len(bundle.errors)}/{len(cfg.nodes)} node(s), versions, "
+        f"config with secrets masked)"
+    )
     return 0

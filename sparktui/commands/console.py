@@ -29,11 +29,14 @@ def run(args: argparse.Namespace) -> int:
     from sparktui import locations
     from sparktui.tui.app import SparkApp
 
-    app = SparkApp(backend, theme=getattr(args, "theme", None),
-                   user_themes_dir=locations.user_themes_dir())
+    app = SparkApp(
+        backend, theme=getattr(args, "theme", None), user_themes_dir=locations.user_themes_dir()
+    )
     app.run()
     if app.return_code not in (None, 0):
-        print("sparktui: the console stopped with an error; nothing on the nodes was "
-              "stopped", file=sys.stderr)
+        print(
+            "sparktui: the console stopped with an error; nothing on the nodes was stopped",
+            file=sys.stderr,
+        )
         return app.return_code or 1
     return 0

@@ -23,10 +23,16 @@ JSON_KEYS = ("id", "category", "severity", "title", "line", "text", "fix", "capt
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", nargs="?", default="-", metavar="FILE",
-                   help="vLLM log to read ('-' or nothing: standard input)")
-    p.add_argument("--json", action="store_true",
-                   help='print {"findings": [...]} as JSON, root cause first')
+    p.add_argument(
+        "file",
+        nargs="?",
+        default="-",
+        metavar="FILE",
+        help="vLLM log to read ('-' or nothing: standard input)",
+    )
+    p.add_argument(
+        "--json", action="store_true", help='print {"findings": [...]} as JSON, root cause first'
+    )
 
 
 def _knowledge(args) -> Matcher | None:
@@ -34,6 +40,7 @@ def _knowledge(args) -> Matcher | None:
     try:
         if getattr(args, "config", None) is not None or _config_present():
             from sparktui.commands.common import load_config
+
             cfg = load_config(args)
             if cfg is None:
                 return None
@@ -48,6 +55,7 @@ def _knowledge(args) -> Matcher | None:
 
 def _config_present() -> bool:
     from sparktui import config as config_mod
+
     try:
         return config_mod.discover(None) is not None
     except OSError:  # an unreadable home or working directory: no config there
@@ -93,7 +101,7 @@ def finding_json(f: Finding) -> dict:
     return d
 
 
-plain = escape   # log text in a report: control characters escaped, never interpreted
+plain = escape  # log text in a report: control characters escaped, never interpreted
 
 
 def print_human(findings: list[Finding], out: TextIO, source: str) -> None:
@@ -101,8 +109,7 @@ def print_human(findings: list[Finding], out: TextIO, source: str) -> None:
         out.write(f"{plain(source)}: no known crash signature found\n")
         return
     errors = sum(f.severity == "error" for f in findings)
-    out.write(f"{plain(source)}: {len(findings)} finding(s), {errors} error(s); "
-              "root cause first\n")
+    out.write(f"{plain(source)}: {len(findings)} finding(s), {errors} error(s); root cause first\n")
     for i, f in enumerate(findings, 1):
         out.write("\n")
         out.write(f"{i}. [{f.severity.upper()}] {plain(f.title)}\n")

@@ -28,8 +28,13 @@ def run(args) -> int:
     report = asyncio.run(run_doctor(cfg))
     errors = report.errors
     if args.json:
-        print_json({"ok": not errors, "findings": [f.to_dict() for f in report.findings],
-                    "matrix": report.matrix})
+        print_json(
+            {
+                "ok": not errors,
+                "findings": [f.to_dict() for f in report.findings],
+                "matrix": report.matrix,
+            }
+        )
         return 1 if errors else 0
     if report.matrix:
         from sparktui.core.actions.fabric import render_matrix
@@ -39,8 +44,10 @@ def run(args) -> int:
         print()
     if report.findings:
         actions_cli._print_findings(report.findings)
-        print(f"doctor: {len(errors)} error(s), {len(report.findings) - len(errors)} other",
-              file=sys.stderr if errors else sys.stdout)
+        print(
+            f"doctor: {len(errors)} error(s), {len(report.findings) - len(errors)} other",
+            file=sys.stderr if errors else sys.stdout,
+        )
     else:
         print("doctor: no problems found; ready to serve")
     return 1 if errors else 0

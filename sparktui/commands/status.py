@@ -54,16 +54,23 @@ def render(snapshot: ClusterSnapshot, console: Console) -> None:
         t.append(value if isinstance(value, Text) else Text(value, style=style))
         console.print(t)
 
-    console.print(Text(f"cluster {snapshot.cluster}: {len(snapshot.nodes)} node(s), backend "
-                       f"{snapshot.backend}", style="bold"))
+    console.print(
+        Text(
+            f"cluster {snapshot.cluster}: {len(snapshot.nodes)} node(s), backend "
+            f"{snapshot.backend}",
+            style="bold",
+        )
+    )
     if snapshot.backend_note:
         console.print(Text(f"  ({snapshot.backend_note})", style="dim"))
     native_mode = snapshot.backend == "native"
     for n in snapshot.nodes:
         head = Text(f"{n.name}", style="bold")
         head.append(f"  {n.role}  {n.host}  ")
-        head.append("reachable" if n.reachable else f"UNREACHABLE: {n.error or '?'}",
-                    style="green" if n.reachable else "bold red")
+        head.append(
+            "reachable" if n.reachable else f"UNREACHABLE: {n.error or '?'}",
+            style="green" if n.reachable else "bold red",
+        )
         console.print(head)
         if not n.reachable:
             continue
@@ -78,20 +85,27 @@ def render(snapshot: ClusterSnapshot, console: Console) -> None:
         line("ip", ips)
         shown = {k: v for k, v in n.env.items() if k == "VLLM_HOST_IP" or k in IFNAME_VARS}
         line("env", "  ".join(f"{k}={v}" for k, v in sorted(shown.items())) or "-")
-        alive = {True: ("alive", "green"), False: ("dead or absent", "red"),
-                 None: ("unknown", "")}[n.ray.alive]
+        alive = {True: ("alive", "green"), False: ("dead or absent", "red"), None: ("unknown", "")}[
+            n.ray.alive
+        ]
         gpus = f", {n.ray.gpus:g} GPU" if n.ray.gpus is not None else ""
         if native_mode:
             from sparktui.core.native import rank_summary
 
             summary = rank_summary(n)
-            line("vllm", summary, "yellow" if summary.startswith(("vllm serve not", "unknown"))
-                 else "")
+            line(
+                "vllm",
+                summary,
+                "yellow" if summary.startswith(("vllm serve not", "unknown")) else "",
+            )
         else:
             line("ray", alive[0] + gpus, alive[1])
         for c in n.containers or []:
-            line("container", f"{c.name}  {c.state}  ({c.status})  {c.image}",
-                 "" if c.running else "yellow")
+            line(
+                "container",
+                f"{c.name}  {c.state}  ({c.status})  {c.image}",
+                "" if c.running else "yellow",
+            )
         if not n.containers:
             line("container", "none")
         for m in _mem(n):

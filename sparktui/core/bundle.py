@@ -40,7 +40,8 @@ BUNDLE_LOGS = script("bundle_logs.sh")
 DEFAULT_LINES = 2000
 _FILE = re.compile(r"^@@sparktui:file ([\w./-]+)@@$", re.M)
 _SECRET_ASSIGN = re.compile(
-    r"\b([A-Za-z_]*(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)[A-Za-z_]*)=(\S+)", re.I)
+    r"\b([A-Za-z_]*(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)[A-Za-z_]*)=(\S+)", re.I
+)
 _SECRET_FLAG = re.compile(r"(--[\w-]*(?:token|key|secret|password)[\w-]*)([= ])(\S+)", re.I)
 
 
@@ -53,10 +54,16 @@ def mask_text(text: str) -> str:
 def mask_config(data: Any, key: str = "") -> Any:
     """A config dump with the values of secret-named keys masked (argv lists too)."""
     if isinstance(data, dict):
-        return {k: (MASK if is_secret_name(str(k)) and isinstance(v, str) and v
-                    else {e: MASK if isinstance(x, str) and x else x for e, x in v.items()}
-                    if is_secret_name(str(k)) and isinstance(v, dict)
-                    else mask_config(v, str(k))) for k, v in data.items()}
+        return {
+            k: (
+                MASK
+                if is_secret_name(str(k)) and isinstance(v, str) and v
+                else {e: MASK if isinstance(x, str) and x else x for e, x in v.items()}
+                if is_secret_name(str(k)) and isinstance(v, dict)
+                else mask_config(v, str(k))
+            )
+            for k, v in data.items()
+        }
     if isinstance(data, list):
         if all(isinstance(x, str) for x in data):
             return [mask_text(x) for x in mask_argv(data)]
@@ -95,14 +102,22 @@ class Bundle:
                 tar.addfile(info, io.BytesIO(data))
 
 
-async def node_logs(cfg: Config, name: str, transport: Transport,
-                    lines: int = DEFAULT_LINES) -> dict[str, str]:
+async def node_logs(
+    cfg: Config, name: str, transport: Transport, lines: int = DEFAULT_LINES
+) -> dict[str, str]:
     """The last `lines` of every log of one node (read-only), by file name."""
     ncfg = cfg.node(name)
     assert ncfg is not None
     vlog = cfg.vllm.log if ncfg.role == "head" else ""
-    command = sh(BUNDLE_LOGS, ncfg.container.name or "", str(lines), vlog, RAY_LOG_DIR,
-                 timeout=60, description=f"logs of {name} for the bundle")
+    command = sh(
+        BUNDLE_LOGS,
+        ncfg.container.name or "",
+        str(lines),
+        vlog,
+        RAY_LOG_DIR,
+        timeout=60,
+        description=f"logs of {name} for the bundle",
+    )
     result = await transport.run(command)
     return {k: mask_text(clean_text(v)) for k, v in split_files(result.stdout).items()}
 
@@ -112,13 +127,19 @@ def _log_findings(cfg: Config, node: str, file: str, text: str, snapshot: Any) -
 
     out = []
     for f in diagnose_log_text(text, cfg, snapshot):
-        out.append(replace(f, node=f.node or node,
-                           captures={**f.captures, "log": f"logs/{node}/{file}"}))
+        out.append(
+            replace(f, node=f.node or node, captures={**f.captures, "log": f"logs/{node}/{file}"})
+        )
     return out
 
 
-async def build_bundle(cfg: Config, transports: dict[str, Transport] | None = None, *,
-                       lines: int = DEFAULT_LINES, now: float | None = None) -> Bundle:
+async def build_bundle(
+    cfg: Config,
+    transports: dict[str, Transport] | None = None,
+    *,
+    lines: int = DEFAULT_LINES,
+    now: float | None = None,
+) -> Bundle:
     """Everything the bundle holds, read from the nodes (nothing is changed there)."""
     from sparktui.core.actions.doctor import run_doctor
     from sparktui.core.monitor import Monitor
@@ -131,8 +152,10 @@ async def build_bundle(cfg: Config, transports: dict[str, Transport] | None = No
         snap = await monitor.refresh(wait=None, with_ray=True)
         b.add_json("status.json", snapshot_to_dict(snap))
         report = await run_doctor(cfg, monitor.transports)
-        b.add_json("doctor.json", {"ok": not report.errors,
-                                   "findings": [f.to_dict() for f in report.findings]})
+        b.add_json(
+            "doctor.json",
+            {"ok": not report.errors, "findings": [f.to_dict() for f in report.findings]},
+        )
         findings: list[Finding] = list(snap.findings) + list(report.findings)
 
         async def one(name: str) -> tuple[str, dict[str, str] | str]:
@@ -154,11 +177,16 @@ async def build_bundle(cfg: Config, transports: dict[str, Transport] | None = No
                 if file != "node.txt":
                     findings.extend(_log_findings(cfg, name, file, text, snap))
         b.add_json("findings.json", {"findings": [f.to_dict() for f in findings]})
-        b.add_json("versions.json", {
-            "sparktui": __version__, "python": platform.python_version(),
-            "jump_host": platform.platform(), "vllm": snap.vllm.version,
-            "images": images,
-        })
+        b.add_json(
+            "versions.json",
+            {
+                "sparktui": __version__,
+                "python": platform.python_version(),
+                "jump_host": platform.platform(),
+                "vllm": snap.vllm.version,
+                "images": images,
+            },
+        )
         b.add_json("config.json", mask_config(cfg.model_dump(mode="json")))
     finally:
         if transports is None:  # the caller's transports stay open (the console's own)

@@ -50,8 +50,7 @@ def _interfaces_match(spec: str, names: list[str]) -> tuple[bool, list[str]]:
     wanted = [s.strip() for s in spec.lstrip("=").split(",") if s.strip()]
     if not wanted:
         return True, []
-    missing = [w for w in wanted
-               if not any((n == w) if exact else n.startswith(w) for n in names)]
+    missing = [w for w in wanted if not any((n == w) if exact else n.startswith(w) for n in names)]
     return len(missing) < len(wanted), missing
 
 
@@ -59,79 +58,107 @@ def check(snapshot: ClusterSnapshot, cfg: Config) -> list[Finding]:
     """Every live finding for a snapshot, errors first."""
     out: list[Finding] = []
     native_mode = snapshot.backend == "native"  # no Ray: no Ray checks (core/native.py's)
-    ray_known = (not native_mode and snapshot.ray_error is None
-                 and snapshot.ray_source is not None)
+    ray_known = not native_mode and snapshot.ray_error is None and snapshot.ray_source is not None
     for node in snapshot.nodes:
         ncfg = cfg.node(node.name)
         if not node.reachable:
-            out.append(Finding(
-                "node-unreachable", "error", node.name,
-                f"{node.name} is unreachable: {node.error or 'no answer'}",
-                fix=f"Check that {node.host} is up and sshd runs there "
+            out.append(
+                Finding(
+                    "node-unreachable",
+                    "error",
+                    node.name,
+                    f"{node.name} is unreachable: {node.error or 'no answer'}",
+                    fix=f"Check that {node.host} is up and sshd runs there "
                     f"(try: ssh {node.host} true).",
-            ))
+                )
+            )
             continue
         cname = ncfg.container.name if ncfg else cfg.container.name
         container = node.container(cname)
         if cfg.path is not None or container is not None:
             if container is None:
-                out.append(Finding(
-                    "container-not-running", "error", node.name,
-                    f"{node.name}: no container named '{cname}'",
-                    fix="Start the cluster: sparktui restart (or key r in the console).",
-                ))
+                out.append(
+                    Finding(
+                        "container-not-running",
+                        "error",
+                        node.name,
+                        f"{node.name}: no container named '{cname}'",
+                        fix="Start the cluster: sparktui restart (or key r in the console).",
+                    )
+                )
             elif not container.running:
-                out.append(Finding(
-                    "container-not-running", "error", node.name,
-                    f"{node.name}: container '{cname}' is {container.state} ({container.status})",
-                    fix=f"See why: docker logs {cname} on {node.name}; then sparktui restart.",
-                ))
+                out.append(
+                    Finding(
+                        "container-not-running",
+                        "error",
+                        node.name,
+                        f"{node.name}: container '{cname}' is {container.state} ({container.status})",
+                        fix=f"See why: docker logs {cname} on {node.name}; then sparktui restart.",
+                    )
+                )
         out.extend(_ifname_findings(node, cfg))
         if not ray_known:
             continue
         entry = ray_entry_for(node, snapshot.ray_nodes)
         if entry is None:
             known = ", ".join(r.ip for r in snapshot.ray_nodes if r.alive) or "none"
-            out.append(Finding(
-                "node-not-in-ray", "error", node.name,
-                f"{node.name} is not in the Ray cluster (Ray's alive nodes: {known})",
-                fix=f"Start the Ray worker on {node.name} with --address "
+            out.append(
+                Finding(
+                    "node-not-in-ray",
+                    "error",
+                    node.name,
+                    f"{node.name} is not in the Ray cluster (Ray's alive nodes: {known})",
+                    fix=f"Start the Ray worker on {node.name} with --address "
                     f"{cfg.head.ip or cfg.head.host}:{cfg.ray.port} --node-ip-address "
                     f"{node.configured_ip or '<its interconnect ip>'} (sparktui restart does it).",
-            ))
+                )
+            )
             continue
         if not entry.alive:
             reason = f": {entry.death_reason}" if entry.death_reason else ""
-            out.append(Finding(
-                "ray-node-dead", "error", node.name,
-                f"Ray marks {node.name} ({entry.ip}) DEAD{reason}",
-                fix=f"Its raylet is gone. Check the container on {node.name} "
+            out.append(
+                Finding(
+                    "ray-node-dead",
+                    "error",
+                    node.name,
+                    f"Ray marks {node.name} ({entry.ip}) DEAD{reason}",
+                    fix=f"Its raylet is gone. Check the container on {node.name} "
                     f"(docker logs {cname}), then sparktui restart.",
-            ))
-        ray_differs, host_differs = ip_mismatch(node.configured_ip, entry.ip,
-                                                node.env.get("VLLM_HOST_IP"))
+                )
+            )
+        ray_differs, host_differs = ip_mismatch(
+            node.configured_ip, entry.ip, node.env.get("VLLM_HOST_IP")
+        )
         if ray_differs:
-            out.append(Finding(
-                "ray-ip-mismatch", "error", node.name,
-                f"Ray registered {node.name} under {_ip_label(node, entry.ip)}, not its "
-                f"configured {_ip_label(node, node.configured_ip)}",
-                fix=f"Restart Ray on {node.name} with --node-ip-address {node.configured_ip} "
+            out.append(
+                Finding(
+                    "ray-ip-mismatch",
+                    "error",
+                    node.name,
+                    f"Ray registered {node.name} under {_ip_label(node, entry.ip)}, not its "
+                    f"configured {_ip_label(node, node.configured_ip)}",
+                    fix=f"Restart Ray on {node.name} with --node-ip-address {node.configured_ip} "
                     f"(sparktui restart pins every node to its configured ip).",
-                captures={"registered_ip": entry.ip, "configured_ip": node.configured_ip or ""},
-            ))
+                    captures={"registered_ip": entry.ip, "configured_ip": node.configured_ip or ""},
+                )
+            )
         host_ip = node.env.get("VLLM_HOST_IP")
         if host_ip and entry.alive and host_differs:
             owner = snapshot.node_by_ip(host_ip)
             where = f" (an address of {owner.name})" if owner and owner.name != node.name else ""
-            out.append(Finding(
-                "vllm-host-ip-mismatch", "error", node.name,
-                f"VLLM_HOST_IP on {node.name} is {host_ip}{where}, but Ray knows {node.name} "
-                f"as {entry.ip}: vLLM's placement group will wait for node:{host_ip} forever",
-                fix=f"Set VLLM_HOST_IP={entry.ip} in the container on {node.name}, or restart "
+            out.append(
+                Finding(
+                    "vllm-host-ip-mismatch",
+                    "error",
+                    node.name,
+                    f"VLLM_HOST_IP on {node.name} is {host_ip}{where}, but Ray knows {node.name} "
+                    f"as {entry.ip}: vLLM's placement group will wait for node:{host_ip} forever",
+                    fix=f"Set VLLM_HOST_IP={entry.ip} in the container on {node.name}, or restart "
                     f"Ray on {node.name} with --node-ip-address {host_ip} so both agree "
                     f"(sparktui restart sets both to the configured ip).",
-                captures={"vllm_host_ip": host_ip, "registered_ip": entry.ip},
-            ))
+                    captures={"vllm_host_ip": host_ip, "registered_ip": entry.ip},
+                )
+            )
     if ray_known:
         out.extend(_cluster_ray_findings(snapshot, cfg))
     from sparktui.core import native
@@ -155,13 +182,17 @@ def _ifname_findings(node: NodeState, cfg: Config) -> list[Finding]:
             continue
         ok, missing = _interfaces_match(spec, names)
         if not ok:
-            out.append(Finding(
-                "interface-missing", "error", node.name,
-                f"{var}={spec} on {node.name}, but it has no interface {', '.join(missing)} "
-                f"(it has: {', '.join(n for n in names if n != 'lo')})",
-                fix=f"Set {var} to the interconnect interface of {node.name} "
+            out.append(
+                Finding(
+                    "interface-missing",
+                    "error",
+                    node.name,
+                    f"{var}={spec} on {node.name}, but it has no interface {', '.join(missing)} "
+                    f"(it has: {', '.join(n for n in names if n != 'lo')})",
+                    fix=f"Set {var} to the interconnect interface of {node.name} "
                     f"(e.g. {_iface_of(node, node.configured_ip) or 'see ip addr'}).",
-            ))
+                )
+            )
     return out
 
 
@@ -171,17 +202,25 @@ def _cluster_ray_findings(snapshot: ClusterSnapshot, cfg: Config) -> list[Findin
     need = cfg.vllm.parallel_size()
     have = sum(r.gpus for r in alive)
     if need > 1 and have < need:
-        out.append(Finding(
-            "gpu-shortfall", "error", None,
-            f"vLLM needs {need} GPUs (TP x PP), Ray has {have:g} on {len(alive)} alive node(s)",
-            fix="Bring every node into Ray (sparktui restart), or lower "
+        out.append(
+            Finding(
+                "gpu-shortfall",
+                "error",
+                None,
+                f"vLLM needs {need} GPUs (TP x PP), Ray has {have:g} on {len(alive)} alive node(s)",
+                fix="Bring every node into Ray (sparktui restart), or lower "
                 "--tensor-parallel-size / --pipeline-parallel-size in vllm.args.",
-        ))
+            )
+        )
     for r in alive:
         if not any(ray_entry_for(n, [r]) for n in snapshot.nodes):
-            out.append(Finding(
-                "ray-unknown-node", "warning", None,
-                f"Ray has a node at {r.ip} that matches no configured node",
-                fix="Add it to nodes: in the config, or stop Ray on that machine.",
-            ))
+            out.append(
+                Finding(
+                    "ray-unknown-node",
+                    "warning",
+                    None,
+                    f"Ray has a node at {r.ip} that matches no configured node",
+                    fix="Add it to nodes: in the config, or stop Ray on that machine.",
+                )
+            )
     return out

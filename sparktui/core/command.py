@@ -52,8 +52,9 @@ def cmd(*argv: str, mutating: bool = False, timeout: float | None = 30.0, **kw) 
     return Command(tuple(argv), mutating=mutating, timeout=timeout, **kw)
 
 
-def sh(script: str, *args: str, mutating: bool = False, timeout: float | None = 30.0,
-       **kw) -> Command:
+def sh(
+    script: str, *args: str, mutating: bool = False, timeout: float | None = 30.0, **kw
+) -> Command:
     """A constant shell script; variable data goes in as positional parameters ($1, $2 ...).
 
     The script text must be a literal written in this package (a file of `sparktui.remote`,
@@ -76,5 +77,5 @@ class Result:
         return self.exit_status == 0
 
     def tail(self, n: int = 10) -> str:
-        text = (self.stderr.strip() or self.stdout.strip())
+        text = self.stderr.strip() or self.stdout.strip()
         return "\n".join(text.splitlines()[-n:])

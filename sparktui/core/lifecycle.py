@@ -80,9 +80,13 @@ class Lifecycle:
     def _phase_fields(self, v: VllmStatus) -> None:
         tl = self.timeline
         if v.healthy:
-            v.phase, v.phase_label, v.phase_progress, v.phase_eta_s = "ready", LABELS["ready"], 1.0, None
-            v.phase_started_at = (tl.started_at if tl is not None and tl.phase == "ready"
-                                  else None)
+            v.phase, v.phase_label, v.phase_progress, v.phase_eta_s = (
+                "ready",
+                LABELS["ready"],
+                1.0,
+                None,
+            )
+            v.phase_started_at = tl.started_at if tl is not None and tl.phase == "ready" else None
             return
         if tl is None or tl.phase is None:
             return
@@ -93,10 +97,13 @@ class Lifecycle:
         v.phase_progress = tl.fraction if phase == tl.phase else None
         v.phase_started_at = tl.started_at
         v.phase_eta_s = tl.eta_s
-        v.phase_ranks = {key: {"phase": r.phase,
-                               "progress": (None if r.progress is None
-                                            else round(r.progress.fraction, 4))}
-                         for key, r in tl.ranks.items()}
+        v.phase_ranks = {
+            key: {
+                "phase": r.phase,
+                "progress": (None if r.progress is None else round(r.progress.fraction, 4)),
+            }
+            for key, r in tl.ranks.items()
+        }
 
     def _latency(self, v: VllmStatus, now: float) -> None:
         self._history.append((now, v))
@@ -116,8 +123,10 @@ class Lifecycle:
             setattr(v, f"{kind}_p50_s", d.quantile(0.50))
             setattr(v, f"{kind}_p95_s", d.quantile(0.95))
             setattr(v, f"{kind}_mean_s", d.mean)
-        for attr, out in (("prompt_tokens_total", "prompt_tokens_per_s"),
-                          ("generation_tokens_total", None)):
+        for attr, out in (
+            ("prompt_tokens_total", "prompt_tokens_per_s"),
+            ("generation_tokens_total", None),
+        ):
             a, b = getattr(old, attr), getattr(v, attr)
             if a is not None and b is not None and b >= a:
                 rate = (b - a) / dt
@@ -126,37 +135,45 @@ class Lifecycle:
 
     # ------------------------------------------------------------------ findings
 
-    def findings(self, snap: ClusterSnapshot, now: float, head: str,
-                 wall: float | None = None) -> list[Finding]:
+    def findings(
+        self, snap: ClusterSnapshot, now: float, head: str, wall: float | None = None
+    ) -> list[Finding]:
         wall = time.time() if wall is None else wall
         out: list[Finding] = []
         v = snap.vllm
         s = self.stall_seconds
         if self._tokens is not None and v.healthy and now - self._tokens.since >= s:
             frozen = now - self._tokens.since
-            out.append(Finding(
-                "vllm-stalled", "error", head,
-                f"vLLM on {head} has {v.running:g} request(s) running but generated no token "
-                f"for {frozen:.0f}s (vllm:generation_tokens_total stuck at "
-                f"{self._tokens.value:g}); /health still answers",
-                fix="A rank is wedged: look at each node's vLLM worker log and GPU power "
+            out.append(
+                Finding(
+                    "vllm-stalled",
+                    "error",
+                    head,
+                    f"vLLM on {head} has {v.running:g} request(s) running but generated no token "
+                    f"for {frozen:.0f}s (vllm:generation_tokens_total stuck at "
+                    f"{self._tokens.value:g}); /health still answers",
+                    fix="A rank is wedged: look at each node's vLLM worker log and GPU power "
                     "(a wedged GPU idles at low power); then tear down and restart "
                     "(sparktui teardown && sparktui restart && sparktui serve, or t, r, s).",
-                captures={"seconds": f"{frozen:.0f}"},
-            ))
+                    captures={"seconds": f"{frozen:.0f}"},
+                )
+            )
         tl = self.timeline
         if tl is not None and not v.healthy and tl.phase in LOADING_PHASES:
             out.extend(self._load_stalls(tl, snap, now, wall, head))
         return out
 
-    def _load_stalls(self, tl: Timeline, snap: ClusterSnapshot, now: float, wall: float,
-                     head: str) -> list[Finding]:
+    def _load_stalls(
+        self, tl: Timeline, snap: ClusterSnapshot, now: float, wall: float, head: str
+    ) -> list[Finding]:
         out: list[Finding] = []
         s = self.stall_seconds
         label = tl.label or tl.phase
-        fix = ("Look at that node's log (free memory, page cache, disk or network file "
-               "system); then tear down and restart (sparktui teardown && sparktui restart "
-               "&& sparktui serve).")
+        fix = (
+            "Look at that node's log (free memory, page cache, disk or network file "
+            "system); then tear down and restart (sparktui teardown && sparktui restart "
+            "&& sparktui serve)."
+        )
         for key, rank in tl.ranks.items():
             p = rank.progress
             mark = self._bars.get(key)
@@ -169,23 +186,36 @@ class Lifecycle:
             if self.log_mtime is not None:
                 still = max(still, wall - self.log_mtime)
             if still >= limit:
-                out.append(Finding(
-                    "vllm-load-stalled", "error", node,
-                    f"{label} on {node} has not advanced for {still:.0f}s (stuck at "
-                    f"{p.done}/{p.total}, {p.fraction * 100:.0f}%)",
-                    fix=fix, captures={"seconds": f"{still:.0f}", "done": str(p.done),
-                                       "total": str(p.total)},
-                ))
+                out.append(
+                    Finding(
+                        "vllm-load-stalled",
+                        "error",
+                        node,
+                        f"{label} on {node} has not advanced for {still:.0f}s (stuck at "
+                        f"{p.done}/{p.total}, {p.fraction * 100:.0f}%)",
+                        fix=fix,
+                        captures={
+                            "seconds": f"{still:.0f}",
+                            "done": str(p.done),
+                            "total": str(p.total),
+                        },
+                    )
+                )
         drop = tl.rate_drop()
         if drop is not None and not any(f.id == "vllm-load-stalled" for f in out):
             key, first, last = drop
             node = _node_for(snap, key, head)
-            out.append(Finding(
-                "vllm-load-stalled", "warning", node,
-                f"{label} on {node} slowed from {_rate(first)} to {_rate(last)} "
-                f"(more than 10x slower than it began)",
-                fix=fix, captures={"first_rate": f"{first:.4g}", "rate": f"{last:.4g}"},
-            ))
+            out.append(
+                Finding(
+                    "vllm-load-stalled",
+                    "warning",
+                    node,
+                    f"{label} on {node} slowed from {_rate(first)} to {_rate(last)} "
+                    f"(more than 10x slower than it began)",
+                    fix=fix,
+                    captures={"first_rate": f"{first:.4g}", "rate": f"{last:.4g}"},
+                )
+            )
         return out
 
 

@@ -70,7 +70,7 @@ class _Lines:
     def __init__(self, max_line: int) -> None:
         self.max_line = max_line
         self.partial = bytearray()
-        self.dropped = 0   # bytes of the current line beyond max_line
+        self.dropped = 0  # bytes of the current line beyond max_line
 
     def feed(self, data: bytes) -> tuple[list[str], list[int]]:
         """Complete lines in `data` and, for each, the number of bytes it consumed."""
@@ -89,7 +89,7 @@ class _Lines:
         rest = data[start:]
         room = self.max_line - len(self.partial)
         if len(rest) > room:
-            self.partial += rest[:max(room, 0)]
+            self.partial += rest[: max(room, 0)]
             self.dropped += len(rest) - max(room, 0)
         else:
             self.partial += rest
@@ -99,7 +99,7 @@ class _Lines:
         room = self.max_line - len(self.partial)
         if len(piece) > room:
             self.dropped += len(piece) - max(room, 0)
-            piece = piece[:max(room, 0)]
+            piece = piece[: max(room, 0)]
         raw = bytes(self.partial) + piece
         dropped = self.dropped
         self.partial.clear()
@@ -134,9 +134,16 @@ class _Follower:
 
     source = ""
 
-    def __init__(self, transport: Transport, *, node: str | None = None,
-                 max_line: int = 64 * 1024, max_batch_lines: int = 1000,
-                 queue_size: int = 16, backoff: tuple[float, float] = (0.5, 30.0)) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        node: str | None = None,
+        max_line: int = 64 * 1024,
+        max_batch_lines: int = 1000,
+        queue_size: int = 16,
+        backoff: tuple[float, float] = (0.5, 30.0),
+    ) -> None:
         self.transport = transport
         self.node = node or transport.node
         self.max_line = max_line
@@ -222,7 +229,7 @@ class _Follower:
                 if self.lines_delivered > delivered_before:
                     attempt = 0
                 lo, hi = self.backoff
-                delay = min(hi, lo * (2 ** attempt))
+                delay = min(hi, lo * (2**attempt))
                 attempt += 1
                 self.reconnects += 1
                 self._events.append(f"connection lost: {reason}; reconnecting in {delay:.1f}s")
@@ -241,10 +248,11 @@ class _Follower:
 
     async def _flush(self) -> None:
         while self._out or self._events:
-            lines = self._out[:self.max_batch_lines]
-            del self._out[:self.max_batch_lines]
-            batch = LogBatch(self.node, self.source, self.lines_delivered + 1, tuple(lines),
-                             tuple(self._events))
+            lines = self._out[: self.max_batch_lines]
+            del self._out[: self.max_batch_lines]
+            batch = LogBatch(
+                self.node, self.source, self.lines_delivered + 1, tuple(lines), tuple(self._events)
+            )
             self._events = []
             self.lines_delivered += len(lines)
             self._committed(len(lines))
@@ -261,11 +269,22 @@ class FileFollower(_Follower):
     `initial_lines` lines of existing content are shown first (`from_start=True`: all).
     """
 
-    def __init__(self, transport: Transport, path: str, *, node: str | None = None,
-                 container: str | None = None, initial_lines: int = 500,
-                 from_start: bool = False, poll_interval: float = 0.3, event_wait: float = 2.0,
-                 max_block: int = 256 * 1024, docker: str = "docker", engine: str = "auto",
-                 **kw) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        path: str,
+        *,
+        node: str | None = None,
+        container: str | None = None,
+        initial_lines: int = 500,
+        from_start: bool = False,
+        poll_interval: float = 0.3,
+        event_wait: float = 2.0,
+        max_block: int = 256 * 1024,
+        docker: str = "docker",
+        engine: str = "auto",
+        **kw,
+    ) -> None:
         super().__init__(transport, node=node, **kw)
         if engine not in ("auto", "sh"):
             raise ValueError(f"engine must be 'auto' or 'sh', not {engine!r}")
@@ -279,11 +298,11 @@ class FileFollower(_Follower):
         self.max_block = max_block
         self.docker = docker
         self.source = f"{container}:{path}" if container else path
-        self.inode: str | None = None   # resume point: after the last delivered line
+        self.inode: str | None = None  # resume point: after the last delivered line
         self.offset = -1
         self._recv_ino: str | None = None
-        self._recv_off = 0              # offset of the next byte the stream will send
-        self._line_pos = 0              # offset where the unfinished line starts
+        self._recv_off = 0  # offset of the next byte the stream will send
+        self._line_pos = 0  # offset where the unfinished line starts
         self._positions: list[tuple[str | None, int]] = []  # after each undelivered line
         self._buf = bytearray()
         self._block: tuple[str, int, int] | None = None  # (inode, offset, len) being read
@@ -293,15 +312,30 @@ class FileFollower(_Follower):
         return self.inode, self.offset
 
     def _command(self) -> Command:
-        args: tuple[str, ...] = (self.path, self.inode or "", str(self.offset),
-                                 str(self.initial_lines),
-                f"{self.poll_interval:g}", str(self.max_block), f"{self.event_wait:g}")
+        args: tuple[str, ...] = (
+            self.path,
+            self.inode or "",
+            str(self.offset),
+            str(self.initial_lines),
+            f"{self.poll_interval:g}",
+            str(self.max_block),
+            f"{self.event_wait:g}",
+        )
         script, args = (AUTO, (FOLLOW_PY, *args)) if self.engine == "auto" else (FOLLOW_SH, args)
         self._framed = False
         if self.container:
-            return cmd(self.docker, "exec", self.container, "sh", "-c", script,
-                       "sparktui-follow", *args, timeout=None,
-                       description=f"follow {self.source}")
+            return cmd(
+                self.docker,
+                "exec",
+                self.container,
+                "sh",
+                "-c",
+                script,
+                "sparktui-follow",
+                *args,
+                timeout=None,
+                description=f"follow {self.source}",
+            )
         return sh(script, *args, timeout=None, description=f"follow {self.path}")
 
     def _unframed(self, why: str, output: bytes) -> _Desync:
@@ -310,8 +344,10 @@ class FileFollower(_Follower):
         said_python = any(w in output for w in (b"python", b"Python", b"Traceback"))
         if not self._framed and self.engine == "auto" and said_python:
             self.engine = "sh"
-            self._events.append(f"python3 on {self.node} could not follow {self.path} ({why}); "
-                                "following with the shell loop instead")
+            self._events.append(
+                f"python3 on {self.node} could not follow {self.path} ({why}); "
+                "following with the shell loop instead"
+            )
         return _Desync(why)
 
     def _on_disconnect(self) -> None:
@@ -337,17 +373,17 @@ class FileFollower(_Follower):
                         raise self._unframed("header too long", bytes(self._buf[:256]))
                     return
                 header = bytes(self._buf[:nl])
-                del self._buf[:nl + 1]
+                del self._buf[: nl + 1]
                 self._header(header)
                 continue
             ino, off, length = self._block
             if len(self._buf) < length + len(MAGIC) + 2:
                 return
             data = bytes(self._buf[:length])
-            trailer = bytes(self._buf[length:length + len(MAGIC) + 2])
+            trailer = bytes(self._buf[length : length + len(MAGIC) + 2])
             if trailer != MAGIC + b"E\n":
                 raise _Desync("data block shorter than announced")
-            del self._buf[:length + len(MAGIC) + 2]
+            del self._buf[: length + len(MAGIC) + 2]
             self._block = None
             if off != self._recv_off or ino != self._recv_ino:
                 raise _Desync(f"block at {off}, expected {self._recv_off}")
@@ -364,7 +400,7 @@ class FileFollower(_Follower):
         if not header.startswith(MAGIC):
             text = clean_text(header[:160].decode("utf-8", "replace"))
             raise self._unframed(f"the node answered: {text}", header)
-        parts = header[len(MAGIC):].decode("ascii", "replace").split()
+        parts = header[len(MAGIC) :].decode("ascii", "replace").split()
         if not parts:
             raise _Desync("empty header")
         kind, args = parts[0], parts[1:]
@@ -380,12 +416,14 @@ class FileFollower(_Follower):
                 ino, off = args[0], int(args[1])
                 if self.inode is None:
                     self._events.append(f"following {self.path} on {self.node}")
-                    self.inode, self.offset = ino, off   # the starting point is fixed now
+                    self.inode, self.offset = ino, off  # the starting point is fixed now
                 elif ino != self._recv_ino and self._recv_ino is not None:
                     self._rotated("replaced (rotated)")
                 elif ino != self.inode:
-                    self._events.append(f"{self.path} was replaced while disconnected; "
-                                        "following the new file from its start")
+                    self._events.append(
+                        f"{self.path} was replaced while disconnected; "
+                        "following the new file from its start"
+                    )
                 elif self.lines_delivered:
                     self._events.append(f"resumed {self.path} at byte {off}")
                 self._recv_ino, self._recv_off, self._line_pos = ino, off, off
@@ -414,19 +452,27 @@ class DockerLogFollower(_Follower):
 
     TS_RE = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d) ")
 
-    def __init__(self, transport: Transport, container: str, *, node: str | None = None,
-                 initial_lines: int = 500, docker: str = "docker", **kw) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        container: str,
+        *,
+        node: str | None = None,
+        initial_lines: int = 500,
+        docker: str = "docker",
+        **kw,
+    ) -> None:
         super().__init__(transport, node=node, **kw)
         self.container = container
         self.initial_lines = initial_lines
         self.docker = docker
         self.source = f"docker logs {container}"
-        self.last_ts: str | None = None     # raw timestamp of the last delivered line
-        self._last_key: int | None = None   # it, in nanoseconds
-        self._same_ts = 0                   # delivered lines carrying exactly that stamp
+        self.last_ts: str | None = None  # raw timestamp of the last delivered line
+        self._last_key: int | None = None  # it, in nanoseconds
+        self._same_ts = 0  # delivered lines carrying exactly that stamp
         self._skip_key: int | None = None
         self._skip_n = 0
-        self._keys: list[tuple[int, str]] = []   # stamps of emitted, undelivered lines
+        self._keys: list[tuple[int, str]] = []  # stamps of emitted, undelivered lines
 
     def _command(self) -> Command:
         argv = [self.docker, "logs", "-f", "-t"]
@@ -448,8 +494,9 @@ class DockerLogFollower(_Follower):
         m = cls.TS_RE.match(stamp + b" ")
         if not m:
             return None
-        base = _dt.datetime.fromisoformat(m.group(1).decode() + (
-            "+00:00" if m.group(3) == b"Z" else m.group(3).decode()))
+        base = _dt.datetime.fromisoformat(
+            m.group(1).decode() + ("+00:00" if m.group(3) == b"Z" else m.group(3).decode())
+        )
         frac = (m.group(2) or b"0").decode().ljust(9, "0")
         return int(base.timestamp()) * 1_000_000_000 + int(frac)
 
@@ -461,7 +508,7 @@ class DockerLogFollower(_Follower):
             if not m:
                 self._events.append(f"docker: {line[:200]}")
                 continue
-            stamp = raw[:m.end() - 1]
+            stamp = raw[: m.end() - 1]
             key = self.ts_key(stamp)
             assert key is not None
             if self._skip_key is not None:
@@ -471,7 +518,7 @@ class DockerLogFollower(_Follower):
                     self._skip_n -= 1
                     continue
                 self._skip_key = None
-            self._out.append(line[m.end():])
+            self._out.append(line[m.end() :])
             self._keys.append((key, stamp.decode()))
         if len(self._out) >= self.max_batch_lines:
             await self._flush()
@@ -490,28 +537,44 @@ def vllm_log_follower(cfg, transport: Transport, **kw) -> FileFollower:
     return FileFollower(transport, cfg.vllm.log, node=cfg.head.name, **kw)
 
 
-async def ray_worker_logs(transport: Transport, *, container: str | None = None,
-                          pid: str = "", limit: int = 10, docker: str = "docker",
-                          log_dir: str = RAY_LOG_DIR) -> list[str]:
+async def ray_worker_logs(
+    transport: Transport,
+    *,
+    container: str | None = None,
+    pid: str = "",
+    limit: int = 10,
+    docker: str = "docker",
+    log_dir: str = RAY_LOG_DIR,
+) -> list[str]:
     """Paths of a node's Ray worker logs, newest first (`pid`: only that worker's)."""
     if container:
-        command = cmd(docker, "exec", container, "sh", "-c", LIST_WORKER_LOGS,
-                      "sparktui-ls", log_dir, pid, str(limit))
+        command = cmd(
+            docker,
+            "exec",
+            container,
+            "sh",
+            "-c",
+            LIST_WORKER_LOGS,
+            "sparktui-ls",
+            log_dir,
+            pid,
+            str(limit),
+        )
     else:
         command = sh(LIST_WORKER_LOGS, log_dir, pid, str(limit))
     result = await transport.run(command)
     return [ln for ln in result.stdout.splitlines() if ln.strip()]
 
 
-def ray_worker_follower(transport: Transport, path: str, *, node: str | None = None,
-                        container: str | None = None, **kw) -> FileFollower:
+def ray_worker_follower(
+    transport: Transport, path: str, *, node: str | None = None, container: str | None = None, **kw
+) -> FileFollower:
     """Follow one Ray worker log (e.g. the dead worker's .err named by a finding)."""
     kw.setdefault("from_start", True)
     return FileFollower(transport, path, node=node, container=container, **kw)
 
 
-async def merge(followers: Sequence[_Follower], queue_size: int = 32
-                ) -> AsyncIterator[LogBatch]:
+async def merge(followers: Sequence[_Follower], queue_size: int = 32) -> AsyncIterator[LogBatch]:
     """Batches of several followers (several nodes) as they arrive, each tagged with its node."""
     q: asyncio.Queue[LogBatch | None] = asyncio.Queue(queue_size)
 

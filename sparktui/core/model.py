@@ -201,8 +201,9 @@ class ClusterSnapshot:
         return None
 
 
-def ip_mismatch(configured: str | None, registered: str | None,
-                host_ip: str | None) -> tuple[bool, bool]:
+def ip_mismatch(
+    configured: str | None, registered: str | None, host_ip: str | None
+) -> tuple[bool, bool]:
     """The one rule for "the IPs disagree", used by the checks, the node pane and `status`.
 
     (Ray registered the node under an IP other than its configured one, VLLM_HOST_IP

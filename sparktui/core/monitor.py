@@ -45,8 +45,13 @@ def _fresh_state(cfg: Config, name: str) -> NodeState:
 
 
 class Monitor:
-    def __init__(self, cfg: Config, transports: dict[str, Transport] | None = None,
-                 *, read_only: bool | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        transports: dict[str, Transport] | None = None,
+        *,
+        read_only: bool | None = None,
+    ) -> None:
         self.cfg = cfg
         ro = cfg.read_only if read_only is None else read_only
         self.transports: dict[str, Transport] = transports or {
@@ -60,10 +65,10 @@ class Monitor:
         self._ray_nodes: list = []
         self._ray_error: str | None = "not read yet"
         self._ray_source: str | None = None
-        self._ray_via: str | None = None    # dashboard | python: how the table was last read
+        self._ray_via: str | None = None  # dashboard | python: how the table was last read
         self._ray_read_at: float | None = None
-        self._ray_key_read: tuple | None = None   # _ray_key() when the table was last read
-        self._gcs_peers: tuple[str, ...] | None = None   # from the head's last probe
+        self._ray_key_read: tuple | None = None  # _ray_key() when the table was last read
+        self._gcs_peers: tuple[str, ...] | None = None  # from the head's last probe
         self._vllm = VllmStatus()
         self._last_tokens: tuple[float, float] | None = None
         self.lifecycle = Lifecycle(cfg.vllm.stall_seconds)  # phases, stalls, latency
@@ -83,12 +88,18 @@ class Monitor:
         transport = self.transports[name]
         state = _fresh_state(self.cfg, name)
         want_phase = ncfg.role == "head" and not (
-            self._vllm.healthy and self.lifecycle.timeline is not None)
+            self._vllm.healthy and self.lifecycle.timeline is not None
+        )
         command = probe_script.build_probe(
-            name, ncfg.container.name, is_head=ncfg.role == "head",
-            vllm_port=self.cfg.vllm.port, query_ray=with_ray,
-            ray_dashboard_port=self.cfg.ray.dashboard_port, gcs_port=self.cfg.ray.port,
-            vllm_log=self.cfg.vllm.log if want_phase else None, vllm_log_bytes=LOG_TAIL_BYTES,
+            name,
+            ncfg.container.name,
+            is_head=ncfg.role == "head",
+            vllm_port=self.cfg.vllm.port,
+            query_ray=with_ray,
+            ray_dashboard_port=self.cfg.ray.dashboard_port,
+            gcs_port=self.cfg.ray.port,
+            vllm_log=self.cfg.vllm.log if want_phase else None,
+            vllm_log_bytes=LOG_TAIL_BYTES,
         )
         result: Result | TransportError
         async with self._slots:
@@ -113,7 +124,9 @@ class Monitor:
         parsed = probe_script.parse_probe(result.stdout)
         if not parsed.sections:
             state.reachable = False
-            state.error = f"probe failed (exit {result.exit_status}): {result.tail(2) or 'no output'}"
+            state.error = (
+                f"probe failed (exit {result.exit_status}): {result.tail(2) or 'no output'}"
+            )
             return state
         parsed.apply_to(state)
         if ncfg.role == "head":
@@ -162,7 +175,8 @@ class Monitor:
         if task is None or task.done():
             self._started[name] = time.monotonic()
             task = self._tasks[name] = asyncio.create_task(
-                asyncio.wait_for(self._probe(name, False), self.probe_timeout))
+                asyncio.wait_for(self._probe(name, False), self.probe_timeout)
+            )
         try:
             self.states[name] = sanitize(await asyncio.shield(task))
         except Exception:  # the next tick reports it as usual
@@ -180,8 +194,13 @@ class Monitor:
                 st = head_state
             c = self.cfg.node(name)
             cname = c.container.name if c is not None else None
-            key.append((name, st.reachable, tuple((x.id, x.state) for x in st.containers
-                                                  if x.name == cname)))
+            key.append(
+                (
+                    name,
+                    st.reachable,
+                    tuple((x.id, x.state) for x in st.containers if x.name == cname),
+                )
+            )
         return tuple(key)
 
     def _want_ray(self) -> bool:
@@ -196,8 +215,9 @@ class Monitor:
             return True
         return self._ray_key() != self._ray_key_read
 
-    async def refresh(self, *, wait: float | None = None, with_ray: bool | None = None
-                      ) -> ClusterSnapshot:
+    async def refresh(
+        self, *, wait: float | None = None, with_ray: bool | None = None
+    ) -> ClusterSnapshot:
         """Start a probe on every idle node, wait up to `wait` seconds (None: until all
         finish), and return the snapshot of what is known now."""
         if with_ray is None:
@@ -212,7 +232,8 @@ class Monitor:
                 is_head = name == self.cfg.head.name
                 self._allowance[name] = RAY_ALLOWANCE if (with_ray and is_head) else 0.0
                 self._tasks[name] = asyncio.create_task(
-                    asyncio.wait_for(self._probe(name, with_ray), self.probe_timeout))
+                    asyncio.wait_for(self._probe(name, with_ray), self.probe_timeout)
+                )
         pending = [t for t in self._tasks.values() if not t.done()]
         if pending:
             await asyncio.wait(pending, timeout=wait)
@@ -245,30 +266,42 @@ class Monitor:
         if not head.reachable:
             ray_error = f"head {head.name} unreachable"
         snap = ClusterSnapshot(
-            cluster=self.cfg.cluster_name, nodes=nodes, ray_nodes=list(self._ray_nodes),
-            ray_source=self._ray_source if ray_error is None else None, ray_error=ray_error,
-            vllm=self._vllm, tick=self.tick,
+            cluster=self.cfg.cluster_name,
+            nodes=nodes,
+            ray_nodes=list(self._ray_nodes),
+            ray_source=self._ray_source if ray_error is None else None,
+            ray_error=ray_error,
+            vllm=self._vllm,
+            tick=self.tick,
         )
         self._set_backend(snap)
         if snap.backend == "native":  # no Ray: nothing about it is shown or checked
             snap.ray_nodes, snap.ray_source, snap.ray_error = [], None, None
         for node in nodes:
-            entry = (checks.ray_entry_for(node, snap.ray_nodes)
-                     if ray_error is None and snap.backend != "native" else None)
-            node.ray = RayView() if snap.backend == "native" else RayView(
-                registered_ip=entry.ip if entry else None,
-                alive=entry.alive if entry else (False if ray_error is None else None),
-                gpus=entry.gpus if entry else None,
-                node_id=entry.node_id if entry else None,
-                death_reason=entry.death_reason if entry else "",
+            entry = (
+                checks.ray_entry_for(node, snap.ray_nodes)
+                if ray_error is None and snap.backend != "native"
+                else None
+            )
+            node.ray = (
+                RayView()
+                if snap.backend == "native"
+                else RayView(
+                    registered_ip=entry.ip if entry else None,
+                    alive=entry.alive if entry else (False if ray_error is None else None),
+                    gpus=entry.gpus if entry else None,
+                    node_id=entry.node_id if entry else None,
+                    death_reason=entry.death_reason if entry else "",
+                )
             )
         snap.findings = checks.check(snap, self.cfg)
         if head.reachable:
             snap.vllm.phase_ranks = {
-                self._rank_node(snap, key): value
-                for key, value in snap.vllm.phase_ranks.items()}
-            snap.findings = sort_findings(snap.findings + self.lifecycle.findings(
-                snap, time.monotonic(), head.name))
+                self._rank_node(snap, key): value for key, value in snap.vllm.phase_ranks.items()
+            }
+            snap.findings = sort_findings(
+                snap.findings + self.lifecycle.findings(snap, time.monotonic(), head.name)
+            )
         return snap
 
     def _rank_node(self, snap: ClusterSnapshot, key: str) -> str:
@@ -283,13 +316,13 @@ class Monitor:
         if self.cfg.backend_configured:
             snap.backend, snap.backend_note = self.cfg.backend, ""
             return
-        seen, why = native.detect_backend(
-            snap, {n.name: n.container.name for n in self.cfg.nodes})
+        seen, why = native.detect_backend(snap, {n.name: n.container.name for n in self.cfg.nodes})
         snap.backend = self._backend_seen = seen
         snap.backend_note = f"cluster.backend not set; {seen} seen: {why}"
 
-    async def watch(self, interval: float | None = None,
-                    paused: Callable[[], bool] | None = None) -> AsyncIterator[ClusterSnapshot]:
+    async def watch(
+        self, interval: float | None = None, paused: Callable[[], bool] | None = None
+    ) -> AsyncIterator[ClusterSnapshot]:
         """A snapshot per tick, forever. The tick waits at most one interval for slow nodes."""
         interval = interval or self.cfg.refresh_interval
         while True:
@@ -305,5 +338,4 @@ class Monitor:
         for task in self._tasks.values():
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
-        await asyncio.gather(*(t.close() for t in self.transports.values()),
-                             return_exceptions=True)
+        await asyncio.gather(*(t.close() for t in self.transports.values()), return_exceptions=True)

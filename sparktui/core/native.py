@@ -23,8 +23,13 @@ from sparktui.core.model import ClusterSnapshot, Finding, NodeState
 NATIVE_MASTER_PORT = 29501  # vLLM's ParallelConfig.master_port default
 # Flags sparktui sets per node in native mode; vllm.args must not give them.
 RANK_FLAGS = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless")
-_SHORT = {"-n": "--nnodes", "-r": "--node-rank", "-tp": "--tensor-parallel-size",
-          "-pp": "--pipeline-parallel-size", "-dp": "--data-parallel-size"}
+_SHORT = {
+    "-n": "--nnodes",
+    "-r": "--node-rank",
+    "-tp": "--tensor-parallel-size",
+    "-pp": "--pipeline-parallel-size",
+    "-dp": "--data-parallel-size",
+}
 _SHELLS = ("sh", "bash", "dash", "ash")
 
 
@@ -73,9 +78,9 @@ def serve_args(argv: Sequence[str]) -> list[str] | None:
                 argv = argv[i + 1].split()
     for i, a in enumerate(argv):
         if a == "serve" and i > 0 and "vllm" in argv[i - 1].rsplit("/", 1)[-1]:
-            return argv[i + 1:]
+            return argv[i + 1 :]
         if a.endswith("vllm.entrypoints.openai.api_server"):
-            return argv[i + 1:]
+            return argv[i + 1 :]
     return None
 
 
@@ -91,10 +96,13 @@ def parse_args(args: Sequence[str]) -> NativeArgs:
         name = _SHORT.get(name, name)
         if name == "--headless":
             headless = val.lower() not in ("false", "0") if eq else True
-        elif name.startswith("--") and name in (*RANK_FLAGS, "--tensor-parallel-size",
-                                                 "--pipeline-parallel-size",
-                                                 "--data-parallel-size",
-                                                 "--distributed-executor-backend"):
+        elif name.startswith("--") and name in (
+            *RANK_FLAGS,
+            "--tensor-parallel-size",
+            "--pipeline-parallel-size",
+            "--data-parallel-size",
+            "--distributed-executor-backend",
+        ):
             if eq:
                 values[name] = val
             elif i + 1 < len(args):
@@ -109,11 +117,16 @@ def parse_args(args: Sequence[str]) -> NativeArgs:
             return default
 
     return NativeArgs(
-        nnodes=num("--nnodes", None), node_rank=num("--node-rank", None),
-        master_addr=values.get("--master-addr"), master_port=num("--master-port", None),
-        headless=headless, tp=num("--tensor-parallel-size", 1) or 1,
-        pp=num("--pipeline-parallel-size", 1) or 1, dp=num("--data-parallel-size", 1) or 1,
-        executor=values.get("--distributed-executor-backend"))
+        nnodes=num("--nnodes", None),
+        node_rank=num("--node-rank", None),
+        master_addr=values.get("--master-addr"),
+        master_port=num("--master-port", None),
+        headless=headless,
+        tp=num("--tensor-parallel-size", 1) or 1,
+        pp=num("--pipeline-parallel-size", 1) or 1,
+        dp=num("--data-parallel-size", 1) or 1,
+        executor=values.get("--distributed-executor-backend"),
+    )
 
 
 def node_args(node: NodeState) -> NativeArgs | None:
@@ -144,8 +157,14 @@ def rank_argv(cfg: Config, node: NodeConfig) -> list[str]:
     """The flags of one node's rank: `--nnodes N --node-rank R --master-addr <head ip>`
     (`--master-port P` when configured), `--headless` on the workers."""
     head = cfg.head
-    argv = ["--nnodes", str(len(cfg.nodes)), "--node-rank", str(rank_of(cfg, node.name)),
-            "--master-addr", str(head.ip)]
+    argv = [
+        "--nnodes",
+        str(len(cfg.nodes)),
+        "--node-rank",
+        str(rank_of(cfg, node.name)),
+        "--master-addr",
+        str(head.ip),
+    ]
     if cfg.vllm.master_port is not None:
         argv += ["--master-port", str(cfg.vllm.master_port)]
     if node.role != "head":
@@ -201,14 +220,19 @@ def check(snapshot: ClusterSnapshot, cfg: Config) -> list[Finding]:
         host_ip = n.env.get("VLLM_HOST_IP")
         if host_ip and ncfg.ip and host_ip != ncfg.ip:
             owner = _owner(cfg, host_ip)
-            where = (f" (the ip of {owner.name})" if owner else " (not a configured ip)")
-            out.append(Finding(
-                "vllm-host-ip-mismatch", "error", n.name,
-                f"VLLM_HOST_IP on {n.name} is {host_ip}{where}, the config says {ncfg.ip}: "
-                f"this rank would announce an address the others cannot use",
-                fix=f"Set VLLM_HOST_IP={ncfg.ip} in the container on {n.name} "
+            where = f" (the ip of {owner.name})" if owner else " (not a configured ip)"
+            out.append(
+                Finding(
+                    "vllm-host-ip-mismatch",
+                    "error",
+                    n.name,
+                    f"VLLM_HOST_IP on {n.name} is {host_ip}{where}, the config says {ncfg.ip}: "
+                    f"this rank would announce an address the others cannot use",
+                    fix=f"Set VLLM_HOST_IP={ncfg.ip} in the container on {n.name} "
                     f"(sparktui restart sets it to each node's configured ip).",
-                captures={"vllm_host_ip": host_ip, "configured_ip": ncfg.ip}))
+                    captures={"vllm_host_ip": host_ip, "configured_ip": ncfg.ip},
+                )
+            )
         a = node_args(n)
         if a is None:
             idle.append(n.name)
@@ -217,83 +241,143 @@ def check(snapshot: ClusterSnapshot, cfg: Config) -> list[Finding]:
         rank = a.node_rank or 0
         if not a.multi_node:
             if nodes > 1:
-                out.append(Finding(
-                    "native-nnodes-mismatch", "error", n.name,
-                    f"vllm serve on {n.name} runs without --nnodes (one node on its own), "
-                    f"the config has {nodes} nodes",
-                    fix=f"Serve with --nnodes {nodes} on every node (sparktui serve does)."))
+                out.append(
+                    Finding(
+                        "native-nnodes-mismatch",
+                        "error",
+                        n.name,
+                        f"vllm serve on {n.name} runs without --nnodes (one node on its own), "
+                        f"the config has {nodes} nodes",
+                        fix=f"Serve with --nnodes {nodes} on every node (sparktui serve does).",
+                    )
+                )
             continue
         if a.nnodes != nodes:
-            out.append(Finding(
-                "native-nnodes-mismatch", "error", n.name,
-                f"vllm serve on {n.name} has --nnodes {a.nnodes}, the config has {nodes} "
-                f"nodes", fix=f"Serve with --nnodes {nodes} on every node (sparktui serve "
-                              f"does), or list every node in the config.",
-                captures={"nnodes": str(a.nnodes)}))
+            out.append(
+                Finding(
+                    "native-nnodes-mismatch",
+                    "error",
+                    n.name,
+                    f"vllm serve on {n.name} has --nnodes {a.nnodes}, the config has {nodes} nodes",
+                    fix=f"Serve with --nnodes {nodes} on every node (sparktui serve "
+                    f"does), or list every node in the config.",
+                    captures={"nnodes": str(a.nnodes)},
+                )
+            )
         if a.world_size % (a.nnodes or 1):
-            out.append(Finding(
-                "native-nnodes-indivisible", "error", n.name,
-                f"--nnodes {a.nnodes} on {n.name} does not divide the world size "
-                f"{a.world_size} (DP {a.dp} x TP {a.tp} x PP {a.pp})",
-                fix="Make TP x PP (x DP) a multiple of the node count in vllm.args."))
+            out.append(
+                Finding(
+                    "native-nnodes-indivisible",
+                    "error",
+                    n.name,
+                    f"--nnodes {a.nnodes} on {n.name} does not divide the world size "
+                    f"{a.world_size} (DP {a.dp} x TP {a.tp} x PP {a.pp})",
+                    fix="Make TP x PP (x DP) a multiple of the node count in vllm.args.",
+                )
+            )
         if rank in ranks:
-            out.append(Finding(
-                "native-rank-conflict", "error", n.name,
-                f"{n.name} and {ranks[rank]} both run --node-rank {rank}",
-                fix="Give every node its own rank: the head 0, the workers 1.. (sparktui "
-                    "serve does)."))
+            out.append(
+                Finding(
+                    "native-rank-conflict",
+                    "error",
+                    n.name,
+                    f"{n.name} and {ranks[rank]} both run --node-rank {rank}",
+                    fix="Give every node its own rank: the head 0, the workers 1.. (sparktui "
+                    "serve does).",
+                )
+            )
         ranks.setdefault(rank, n.name)
         if (rank == 0) == a.headless:
-            what = ("rank 0 runs --headless: no API server will start" if rank == 0 else
-                    f"rank {rank} runs without --headless: it starts a second API server")
-            out.append(Finding(
-                "native-headless-mismatch", "error", n.name, f"vllm serve on {n.name}: {what}",
-                fix="Only rank 0 (the head) serves the API; every other rank runs "
-                    "--headless (sparktui serve does)."))
+            what = (
+                "rank 0 runs --headless: no API server will start"
+                if rank == 0
+                else f"rank {rank} runs without --headless: it starts a second API server"
+            )
+            out.append(
+                Finding(
+                    "native-headless-mismatch",
+                    "error",
+                    n.name,
+                    f"vllm serve on {n.name}: {what}",
+                    fix="Only rank 0 (the head) serves the API; every other rank runs "
+                    "--headless (sparktui serve does).",
+                )
+            )
         if rank == 0 and n.name != head.name:
-            out.append(Finding(
-                "native-rank-conflict", "error", n.name,
-                f"{n.name} runs rank 0, but the config's head is {head.name}",
-                fix=f"Run rank 0 on {head.name} (its ip is the master address), or make "
-                    f"{n.name} the head in the config."))
+            out.append(
+                Finding(
+                    "native-rank-conflict",
+                    "error",
+                    n.name,
+                    f"{n.name} runs rank 0, but the config's head is {head.name}",
+                    fix=f"Run rank 0 on {head.name} (its ip is the master address), or make "
+                    f"{n.name} the head in the config.",
+                )
+            )
         addr = a.master_addr or "127.0.0.1"
         if head.ip and addr != head.ip:
             owner = _owner(cfg, addr)
-            where = (f"{owner.name}'s ip" if owner else "not a configured ip"
-                     if not addr.startswith("127.") else "this node's own loopback")
-            out.append(Finding(
-                "native-master-addr-mismatch", "error", n.name,
-                f"vllm serve on {n.name} has --master-addr {addr} ({where}); rank 0 on "
-                f"{head.name} listens at {head.ip}:{a.port}",
-                fix=f"Serve with --master-addr {head.ip} (the head's configured ip) on every "
+            where = (
+                f"{owner.name}'s ip"
+                if owner
+                else "not a configured ip"
+                if not addr.startswith("127.")
+                else "this node's own loopback"
+            )
+            out.append(
+                Finding(
+                    "native-master-addr-mismatch",
+                    "error",
+                    n.name,
+                    f"vllm serve on {n.name} has --master-addr {addr} ({where}); rank 0 on "
+                    f"{head.name} listens at {head.ip}:{a.port}",
+                    fix=f"Serve with --master-addr {head.ip} (the head's configured ip) on every "
                     f"node (sparktui serve does).",
-                captures={"master_addr": addr, "head_ip": head.ip}))
+                    captures={"master_addr": addr, "head_ip": head.ip},
+                )
+            )
         ports.setdefault(a.port, []).append(n.name)
     if len(ports) > 1:
         listing = "; ".join(f"{p} on {', '.join(ns)}" for p, ns in sorted(ports.items()))
-        out.append(Finding(
-            "native-master-port-mismatch", "error", None,
-            f"the ranks use different --master-port values ({listing})",
-            fix="Use one --master-port on every node (vllm.master_port in the config)."))
+        out.append(
+            Finding(
+                "native-master-port-mismatch",
+                "error",
+                None,
+                f"the ranks use different --master-port values ({listing})",
+                fix="Use one --master-port on every node (vllm.master_port in the config).",
+            )
+        )
     if running and idle:
-        out.extend(Finding(
-            "native-rank-not-running", "error", name,
-            f"vllm serve runs on {', '.join(running)} but not on {name}: rank "
-            f"{rank_of(cfg, name)} never joins, rank 0 waits for it until its timeout",
-            fix=f"See {name}'s own log ({cfg.vllm.log} on {name}), then sparktui restart "
-                f"and sparktui serve (the ranks still running would wait for it).")
-            for name in idle)
+        out.extend(
+            Finding(
+                "native-rank-not-running",
+                "error",
+                name,
+                f"vllm serve runs on {', '.join(running)} but not on {name}: rank "
+                f"{rank_of(cfg, name)} never joins, rank 0 waits for it until its timeout",
+                fix=f"See {name}'s own log ({cfg.vllm.log} on {name}), then sparktui restart "
+                f"and sparktui serve (the ranks still running would wait for it).",
+            )
+            for name in idle
+        )
     return out
 
 
 # --------------------------------------------------------------------------- the ranks' logs
 
-_INIT = re.compile(r"world_size=(?P<world>\d+) rank=(?P<rank>\d+) local_rank=\d+ "
-                   r"distributed_init_method=tcp://(?P<addr>[^\s,]+)")
-_HEADLESS = re.compile(r"headless multiproc executor, with head node address (?P<addr>\S+?) "
-                       r"for torch\.distributed")
-_LEADER = re.compile(r"DP group leader: node_rank=(?P<rank>\d+).*?master_addr=(?P<addr>[^,\s]+)"
-                     r".*?world_size=(?P<world>\d+)")
+_INIT = re.compile(
+    r"world_size=(?P<world>\d+) rank=(?P<rank>\d+) local_rank=\d+ "
+    r"distributed_init_method=tcp://(?P<addr>[^\s,]+)"
+)
+_HEADLESS = re.compile(
+    r"headless multiproc executor, with head node address (?P<addr>\S+?) "
+    r"for torch\.distributed"
+)
+_LEADER = re.compile(
+    r"DP group leader: node_rank=(?P<rank>\d+).*?master_addr=(?P<addr>[^,\s]+)"
+    r".*?world_size=(?P<world>\d+)"
+)
 
 
 @dataclass
@@ -344,28 +428,43 @@ def rendezvous_findings(cfg: Config, logs: dict[str, Rendezvous]) -> list[Findin
     if len(distinct) > 1 or (want and distinct and distinct != {want}):
         listing = "; ".join(f"{name}: {', '.join(v)}" for name, v in addrs.items())
         wrong = [name for name, v in addrs.items() if want and v != [want]]
-        out.append(Finding(
-            "native-rendezvous-disagree", "error", wrong[0] if len(wrong) == 1 else None,
-            f"the ranks' logs disagree on the rendezvous ({listing})"
-            + (f"; rank 0 listens at {want}" if want else ""),
-            fix=f"Start every rank with --master-addr {head.ip} --master-port {port} "
+        out.append(
+            Finding(
+                "native-rendezvous-disagree",
+                "error",
+                wrong[0] if len(wrong) == 1 else None,
+                f"the ranks' logs disagree on the rendezvous ({listing})"
+                + (f"; rank 0 listens at {want}" if want else ""),
+                fix=f"Start every rank with --master-addr {head.ip} --master-port {port} "
                 f"(sparktui serve does), then serve again.",
-            captures={"expected": want or ""}))
+                captures={"expected": want or ""},
+            )
+        )
     worlds = {name: sorted(r.world_sizes) for name, r in seen.items() if r.world_sizes}
     if len({w for v in worlds.values() for w in v}) > 1:
         listing = "; ".join(f"{name}: {', '.join(map(str, v))}" for name, v in worlds.items())
-        out.append(Finding(
-            "native-rendezvous-disagree", "error", None,
-            f"the ranks' logs disagree on the world size ({listing})",
-            fix="Serve every node with the same vllm.args (TP, PP, DP) and --nnodes."))
+        out.append(
+            Finding(
+                "native-rendezvous-disagree",
+                "error",
+                None,
+                f"the ranks' logs disagree on the world size ({listing})",
+                fix="Serve every node with the same vllm.args (TP, PP, DP) and --nnodes.",
+            )
+        )
     owners: dict[int, str] = {}
     for name, r in seen.items():
         for rank in sorted(r.ranks):
             if rank in owners and owners[rank] != name:
-                out.append(Finding(
-                    "native-rank-conflict", "error", name,
-                    f"the logs of {owners[rank]} and {name} both show worker rank {rank}",
-                    fix="Give every node its own --node-rank (sparktui serve does)."))
+                out.append(
+                    Finding(
+                        "native-rank-conflict",
+                        "error",
+                        name,
+                        f"the logs of {owners[rank]} and {name} both show worker rank {rank}",
+                        fix="Give every node its own --node-rank (sparktui serve does).",
+                    )
+                )
             owners.setdefault(rank, name)
     return out
 
@@ -381,8 +480,10 @@ def rank_summary(node: NodeState) -> str:
     if not a.multi_node:
         return f"vllm serve running{pid}, single node (no --nnodes)"
     role = "headless" if a.headless else "API server"
-    return (f"rank {a.node_rank or 0}/{a.nnodes} · vllm serve running{pid} · {role} · "
-            f"master {a.rendezvous}")
+    return (
+        f"rank {a.node_rank or 0}/{a.nnodes} · vllm serve running{pid} · {role} · "
+        f"master {a.rendezvous}"
+    )
 
 
 def process_to_dict(node: NodeState) -> dict | None:
@@ -390,9 +491,15 @@ def process_to_dict(node: NodeState) -> dict | None:
     a = node_args(node)
     if a is None:
         return None
-    return {"pid": node.vllm_pid, "argv": list(node.vllm_argv or []), "nnodes": a.nnodes,
-            "node_rank": a.node_rank, "master_addr": a.master_addr,
-            "master_port": a.master_port, "headless": a.headless}
+    return {
+        "pid": node.vllm_pid,
+        "argv": list(node.vllm_argv or []),
+        "nnodes": a.nnodes,
+        "node_rank": a.node_rank,
+        "master_addr": a.master_addr,
+        "master_port": a.master_port,
+        "headless": a.headless,
+    }
 
 
 def rank_log_followers(cfg: Config, transports: dict, **kw) -> list:
@@ -413,18 +520,27 @@ def backend_findings(snapshot: ClusterSnapshot, cfg: Config) -> list[Finding]:
     for n in snapshot.nodes:
         a = node_args(n)
         if cfg.backend == "ray" and a is not None and a.multi_node:
-            return [Finding(
-                "backend-mismatch", "warning", n.name,
-                f"cluster.backend is ray, but vllm serve on {n.name} runs vLLM's native "
-                f"multi-node mode (--nnodes {a.nnodes}, no Ray)",
-                fix="Set cluster.backend: native in the config (the Ray checks and actions "
-                    "do not apply to this launch).")]
+            return [
+                Finding(
+                    "backend-mismatch",
+                    "warning",
+                    n.name,
+                    f"cluster.backend is ray, but vllm serve on {n.name} runs vLLM's native "
+                    f"multi-node mode (--nnodes {a.nnodes}, no Ray)",
+                    fix="Set cluster.backend: native in the config (the Ray checks and actions "
+                    "do not apply to this launch).",
+                )
+            ]
         c = n.container(containers.get(n.name))
         if cfg.backend == "native" and c is not None and c.running and "ray start" in c.command:
-            return [Finding(
-                "backend-mismatch", "warning", n.name,
-                f"cluster.backend is native, but container {c.name} on {n.name} runs "
-                f"ray start",
-                fix="Set cluster.backend: ray in the config, or sparktui restart (native: "
-                    "the containers without Ray).")]
+            return [
+                Finding(
+                    "backend-mismatch",
+                    "warning",
+                    n.name,
+                    f"cluster.backend is native, but container {c.name} on {n.name} runs ray start",
+                    fix="Set cluster.backend: ray in the config, or sparktui restart (native: "
+                    "the containers without Ray).",
+                )
+            ]
     return []

@@ -38,15 +38,21 @@ OTHER_BACKOFF = (5.0, 60.0)
 def sources(cfg: Config) -> list[str]:
     """What `follow_cluster_logs` reads, in words (for the log pane's title)."""
     return [f"{cfg.head.name}:{cfg.vllm.log}"] + [
-        f"{n.name}: docker logs {n.container.name} + Ray worker logs" for n in cfg.nodes
-        if n.container.name]
+        f"{n.name}: docker logs {n.container.name} + Ray worker logs"
+        for n in cfg.nodes
+        if n.container.name
+    ]
 
 
-async def follow_cluster_logs(cfg: Config, transports: dict[str, Transport], *,
-                              head: _Follower | None = None,
-                              others: asyncio.Event | None = None,
-                              relist: float = 15.0, queue_size: int = 32,
-                              ) -> AsyncIterator[LogBatch]:
+async def follow_cluster_logs(
+    cfg: Config,
+    transports: dict[str, Transport],
+    *,
+    head: _Follower | None = None,
+    others: asyncio.Event | None = None,
+    relist: float = 15.0,
+    queue_size: int = 32,
+) -> AsyncIterator[LogBatch]:
     """Batches from every node's logs as they arrive (see the module's docstring). `head`:
     the head's vLLM log follower (default: a new one); `others`: the other logs start when
     it is set (default: at once)."""
@@ -62,6 +68,7 @@ async def follow_cluster_logs(cfg: Config, transports: dict[str, Transport], *,
                     await q.put(b)
             except (TransportError, OSError):
                 pass
+
         followers.append(f)
         tasks.append(asyncio.ensure_future(pump()))
 
@@ -72,24 +79,35 @@ async def follow_cluster_logs(cfg: Config, transports: dict[str, Transport], *,
             await others.wait()
         for n in cfg.nodes:
             if n.container.name:
-                start(DockerLogFollower(transports[n.name], n.container.name, node=n.name,
-                                        initial_lines=DOCKER_INITIAL_LINES,
-                                        backoff=OTHER_BACKOFF))
+                start(
+                    DockerLogFollower(
+                        transports[n.name],
+                        n.container.name,
+                        node=n.name,
+                        initial_lines=DOCKER_INITIAL_LINES,
+                        backoff=OTHER_BACKOFF,
+                    )
+                )
         while True:
             for n in cfg.nodes:
                 if not n.container.name:
                     continue
                 try:
-                    paths = await ray_worker_logs(transports[n.name], container=n.container.name,
-                                                  limit=WORKER_LOGS_PER_NODE)
+                    paths = await ray_worker_logs(
+                        transports[n.name], container=n.container.name, limit=WORKER_LOGS_PER_NODE
+                    )
                 except (TransportError, OSError):
                     continue
                 for path in paths:
                     if path not in followed[n.name]:
                         followed[n.name].add(path)
                         f: FileFollower = ray_worker_follower(
-                            transports[n.name], path, node=n.name, container=n.container.name,
-                            backoff=OTHER_BACKOFF)
+                            transports[n.name],
+                            path,
+                            node=n.name,
+                            container=n.container.name,
+                            backoff=OTHER_BACKOFF,
+                        )
                         start(f)
             await asyncio.sleep(relist)
 

@@ -25,8 +25,13 @@ SERVE_MARKER = "=== sparktui serve "  # = core/actions/builtin.py's SERVE_MARKER
 
 # In order. A phase never goes back (a later line of an earlier phase is only detail).
 PHASES: tuple[str, ...] = (
-    "starting", "distributed-init", "loading-weights", "kv-cache", "compiling",
-    "api-server", "ready",
+    "starting",
+    "distributed-init",
+    "loading-weights",
+    "kv-cache",
+    "compiling",
+    "api-server",
+    "ready",
 )
 LABELS: dict[str, str] = {
     "starting": "starting",
@@ -45,36 +50,59 @@ _RAY_PREFIX = re.compile(r"^\((?P<actor>[A-Za-z_][\w.]*) pid=\d+(?:, ip=(?P<ip>[
 _STAMP = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b")
 
 # (phase, regex) in order of precedence; the first that matches a line decides.
-_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((p, re.compile(r)) for p, r in (
-    ("ready", r"Application startup complete"),
-    ("api-server", r"Starting vLLM (?:API )?server on|Available routes are:|"
-                   r"Started server process|Waiting for application startup"),
-    ("compiling", r"Capturing CUDA graphs?|Graph capturing finished|torch\.compile takes|"
-                  r"Compiling a graph for|Warming up model for the compilation|"
-                  r"Dynamo bytecode transform time|saved AOT compiled function|"
-                  r"init engine \(profile, create kv cache, warmup model\) took"),
-    ("kv-cache", r"(?:GPU|CPU|XPU|TPU) KV cache size:|Maximum concurrency for|"
-                 r"Available KV cache memory|Memory profiling takes|KV cache layout|"
-                 r"for KV cache on node|num_gpu_blocks is:|# (?:GPU|CPU) blocks:"),
-    ("loading-weights", r"Model loading took|Loading weights took|Starting to load model|"
-                        r"Loading (?:safetensors|pt) checkpoint shards|Initializing model took|"
-                        r"Filesystem type for checkpoints|Loading model weights took"),
-    ("distributed-init", r"distributed_init_method=|world_size=\d+ rank=\d+|"
-                         r"Creating a new placement group|Waiting for creating a placement group|"
-                         r"NCCL INFO (?:Bootstrap|comm 0x|Init COMPLETE)|vLLM is using nccl==|"
-                         r"is assigned as DP rank|Gloo|ProcessGroupNCCL|"
-                         r"Connecting to existing Ray cluster"),
-    ("starting", r"non-default args:|Initializing a V1 LLM engine|vLLM API server version|"
-                 r"Resolved architecture:|Using max model len"),
-))
+_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (p, re.compile(r))
+    for p, r in (
+        ("ready", r"Application startup complete"),
+        (
+            "api-server",
+            r"Starting vLLM (?:API )?server on|Available routes are:|"
+            r"Started server process|Waiting for application startup",
+        ),
+        (
+            "compiling",
+            r"Capturing CUDA graphs?|Graph capturing finished|torch\.compile takes|"
+            r"Compiling a graph for|Warming up model for the compilation|"
+            r"Dynamo bytecode transform time|saved AOT compiled function|"
+            r"init engine \(profile, create kv cache, warmup model\) took",
+        ),
+        (
+            "kv-cache",
+            r"(?:GPU|CPU|XPU|TPU) KV cache size:|Maximum concurrency for|"
+            r"Available KV cache memory|Memory profiling takes|KV cache layout|"
+            r"for KV cache on node|num_gpu_blocks is:|# (?:GPU|CPU) blocks:",
+        ),
+        (
+            "loading-weights",
+            r"Model loading took|Loading weights took|Starting to load model|"
+            r"Loading (?:safetensors|pt) checkpoint shards|Initializing model took|"
+            r"Filesystem type for checkpoints|Loading model weights took",
+        ),
+        (
+            "distributed-init",
+            r"distributed_init_method=|world_size=\d+ rank=\d+|"
+            r"Creating a new placement group|Waiting for creating a placement group|"
+            r"NCCL INFO (?:Bootstrap|comm 0x|Init COMPLETE)|vLLM is using nccl==|"
+            r"is assigned as DP rank|Gloo|ProcessGroupNCCL|"
+            r"Connecting to existing Ray cluster",
+        ),
+        (
+            "starting",
+            r"non-default args:|Initializing a V1 LLM engine|vLLM API server version|"
+            r"Resolved architecture:|Using max model len",
+        ),
+    )
+)
 
 _TQDM = re.compile(
     r"(?P<label>[A-Za-z][\w ()/,.-]*?):\s*(?P<pct>\d{1,3})%\s*(?:Completed\s*)?\|[^|\n]*?\|?\s*"
     r"(?P<n>\d+)/(?P<total>\d+)\s*\[(?P<elapsed>[\d:]+)<(?P<eta>[\d:?]+),\s*"
     r"(?P<rate>[\d.]+|\?)\s*(?P<unit>s/it|it/s)?\]"
 )
-_MODEL_TOOK = re.compile(r"Model loading took (?P<gib>[\d.]+) ?GiB(?: memory)?"
-                         r"(?: and (?P<secs>[\d.]+) seconds)?")
+_MODEL_TOOK = re.compile(
+    r"Model loading took (?P<gib>[\d.]+) ?GiB(?: memory)?"
+    r"(?: and (?P<secs>[\d.]+) seconds)?"
+)
 _KV_SIZE = re.compile(r"(?:GPU|CPU|XPU|TPU) KV cache size: (?P<tokens>[\d,]+) tokens")
 
 
@@ -115,8 +143,14 @@ def parse_progress(text: str) -> Progress | None:
     if m["rate"] != "?":
         r = float(m["rate"])
         rate = (1.0 / r if r > 0 else None) if m["unit"] == "s/it" else r
-    return Progress(m["label"].strip(), int(m["n"]), int(m["total"]), _clock(m["elapsed"]),
-                    _clock(m["eta"]), rate)
+    return Progress(
+        m["label"].strip(),
+        int(m["n"]),
+        int(m["total"]),
+        _clock(m["elapsed"]),
+        _clock(m["eta"]),
+        rate,
+    )
 
 
 @dataclass
@@ -159,8 +193,11 @@ class Timeline:
         """The progress bars of the current phase, one per rank that shows one."""
         if self.phase not in LOADING_PHASES:
             return []
-        return [r.progress for r in self.ranks.values()
-                if r.progress is not None and r.phase == self.phase]
+        return [
+            r.progress
+            for r in self.ranks.values()
+            if r.progress is not None and r.phase == self.phase
+        ]
 
     @property
     def progress(self) -> Progress | None:
@@ -186,9 +223,14 @@ class Timeline:
         """(rank key, first rate, latest rate) of a bar whose rate fell by more than 10x."""
         for r in self.ranks.values():
             p = r.progress
-            if (p is not None and r.phase in LOADING_PHASES and p.done < p.total
-                    and r.first_rate and p.rate_per_s is not None
-                    and p.rate_per_s * 10 < r.first_rate):
+            if (
+                p is not None
+                and r.phase in LOADING_PHASES
+                and p.done < p.total
+                and r.first_rate
+                and p.rate_per_s is not None
+                and p.rate_per_s * 10 < r.first_rate
+            ):
                 return r.key, r.first_rate, p.rate_per_s
         return None
 
@@ -214,8 +256,9 @@ def format_seconds(s: float) -> str:
 
 def _stamp(m: re.Match[str], year: int) -> float | None:
     try:
-        dt = datetime(year, int(m[1]), int(m[2]), int(m[3]), int(m[4]), int(m[5]),
-                      tzinfo=timezone.utc)
+        dt = datetime(
+            year, int(m[1]), int(m[2]), int(m[3]), int(m[4]), int(m[5]), tzinfo=timezone.utc
+        )
     except ValueError:
         return None
     return dt.timestamp()
@@ -229,8 +272,7 @@ def classify(text: str) -> str | None:
     return None
 
 
-def parse_phases(lines: Iterable[str], *, year: int | None = None,
-                 start_line: int = 1) -> Timeline:
+def parse_phases(lines: Iterable[str], *, year: int | None = None, start_line: int = 1) -> Timeline:
     """vLLM output -> Timeline. `year` dates vLLM's `MM-DD hh:mm:ss` stamps (taken as UTC,
     as in containers; default: this year); `start_line` numbers the first line given."""
     year = year or time.gmtime().tm_year
@@ -245,7 +287,7 @@ def parse_phases(lines: Iterable[str], *, year: int | None = None,
         m = _RAY_PREFIX.match(line)
         if m:
             key = m["ip"] or ""
-            line = line[m.end():]
+            line = line[m.end() :]
         for part in line.split("\r"):
             part = part.strip()
             if not part:
@@ -306,11 +348,13 @@ def merge_timelines(old: Timeline | None, new: Timeline) -> Timeline:
     if new.phase is not None and order[new.phase] >= order[old.phase]:
         if new.phases and new.phases[0][0] != old.phases[0][0]:
             seen = {p for p, _l, _t in new.phases}
-            new.phases = [e for e in old.phases if e[0] not in seen
-                          and order[e[0]] < order[new.phases[0][0]]] + new.phases
+            new.phases = [
+                e for e in old.phases if e[0] not in seen and order[e[0]] < order[new.phases[0][0]]
+            ] + new.phases
         return new
     new.phases = list(old.phases)
     new.model_gib = new.model_gib if new.model_gib is not None else old.model_gib
-    new.kv_cache_tokens = (new.kv_cache_tokens if new.kv_cache_tokens is not None
-                           else old.kv_cache_tokens)
+    new.kv_cache_tokens = (
+        new.kv_cache_tokens if new.kv_cache_tokens is not None else old.kv_cache_tokens
+    )
     return new

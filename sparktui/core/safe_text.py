@@ -19,8 +19,9 @@ from typing import Any, TypeVar
 ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 # C0 (but tab and newline), DEL, C1 (U+0080..U+009F are 8-bit CSI/OSC/DCS to terminals),
 # and the bidi embeddings/overrides/isolates that reorder what is shown
-CONTROL_RE = re.compile("[\u0000-\u0008\u000b-\u001f\u007f-\u009f"
-                        "\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+CONTROL_RE = re.compile(
+    "[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
 
 T = TypeVar("T")
 
@@ -49,6 +50,7 @@ def escape(text: str | None) -> str:
     def one(m: re.Match[str]) -> str:
         o = ord(m.group())
         return f"\\x{o:02x}" if o < 256 else f"\\u{o:04x}"
+
     return _ESCAPED_RE.sub(one, text)
 
 

@@ -27,10 +27,14 @@ def _describe(node: NodeConfig, exc: BaseException) -> str:
     where = f"{node.name} ({node.host})"
     if isinstance(exc, asyncssh.HostKeyNotVerifiable):
         kh = node.ssh.known_hosts or "~/.ssh/known_hosts"
-        return (f"{where}: host key not trusted ({exc.reason}); check {kh} "
-                f"(ssh-keyscan the node, or fix a changed key)")
+        return (
+            f"{where}: host key not trusted ({exc.reason}); check {kh} "
+            f"(ssh-keyscan the node, or fix a changed key)"
+        )
     if isinstance(exc, asyncssh.PermissionDenied):
-        return f"{where}: SSH login refused (permission denied for user {node.ssh.user or 'default'})"
+        return (
+            f"{where}: SSH login refused (permission denied for user {node.ssh.user or 'default'})"
+        )
     if isinstance(exc, asyncssh.DisconnectError):
         return f"{where}: SSH disconnected: {exc.reason}"
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
@@ -101,7 +105,8 @@ class SshTransport(Transport):
             now = time.monotonic()
             if now < self._next_attempt and self.last_error:
                 raise TransportError(
-                    f"{self.last_error} (retrying in {self._next_attempt - now:.0f}s)")
+                    f"{self.last_error} (retrying in {self._next_attempt - now:.0f}s)"
+                )
             try:
                 self._conn = await asyncio.wait_for(
                     asyncssh.connect(self.cfg.host, **self._options()),
@@ -131,8 +136,13 @@ class SshTransport(Transport):
         for attempt in (1, 2):
             conn = await self._connection()
             try:
-                proc = await conn.run(command.shell(), input=command.stdin, check=False,
-                                      encoding="utf-8", errors="replace")
+                proc = await conn.run(
+                    command.shell(),
+                    input=command.stdin,
+                    check=False,
+                    encoding="utf-8",
+                    errors="replace",
+                )
             except asyncssh.ChannelOpenError as e:
                 if attempt == 2:
                     raise TransportError(_describe(self.cfg, e)) from None
@@ -153,8 +163,7 @@ class SshTransport(Transport):
     async def _stream(self, command: Command) -> AsyncIterator[bytes]:
         conn = await self._connection()
         try:
-            proc = await conn.create_process(command.shell(), encoding=None,
-                                             stderr=asyncssh.STDOUT)
+            proc = await conn.create_process(command.shell(), encoding=None, stderr=asyncssh.STDOUT)
         except (asyncssh.ChannelOpenError, asyncssh.ConnectionLost, OSError) as e:
             self._drop()
             raise TransportError(_describe(self.cfg, e)) from None

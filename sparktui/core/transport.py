@@ -50,7 +50,9 @@ class Transport:
 
     def _admit(self, command: Command) -> None:
         refused = command.mutating and self.read_only
-        self.sent.append(SentRecord(time.time(), self.node, command.argv, command.mutating, refused))
+        self.sent.append(
+            SentRecord(time.time(), self.node, command.argv, command.mutating, refused)
+        )
         if refused:
             raise ReadOnlyError(
                 f"{self.node}: read-only mode refuses a command that changes the node: "
@@ -114,7 +116,9 @@ class LocalTransport(Transport):
         try:
             proc = await asyncio.create_subprocess_exec(
                 *command.argv,
-                stdin=asyncio.subprocess.PIPE if command.stdin is not None else asyncio.subprocess.DEVNULL,
+                stdin=asyncio.subprocess.PIPE
+                if command.stdin is not None
+                else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=self._env(command),

@@ -22,7 +22,19 @@ from sparktui.knowledge.matcher import Hit, Matcher, Scanner
 from sparktui.knowledge.triage import Diagnosis, diagnose_bytes, diagnose_file, triage
 
 __all__ = [
-    "CATEGORIES", "Diagnosis", "Hit", "KnowledgeBase", "KnowledgeBaseError", "Matcher",
-    "Pattern", "Scanner", "diagnose_bytes", "diagnose_file", "join", "load", "load_builtin",
-    "load_for_config", "triage",
+    "CATEGORIES",
+    "Diagnosis",
+    "Hit",
+    "KnowledgeBase",
+    "KnowledgeBaseError",
+    "Matcher",
+    "Pattern",
+    "Scanner",
+    "diagnose_bytes",
+    "diagnose_file",
+    "join",
+    "load",
+    "load_builtin",
+    "load_for_config",
+    "triage",
 ]

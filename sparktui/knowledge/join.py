@@ -79,33 +79,41 @@ def _pg_ip_mismatch(f: Finding, snap: ClusterSnapshot) -> tuple[str, str | None]
     owner = snap.node_by_ip(ip)
     if any(r == ip for r, _ in ray):
         name = next(n for r, n in ray if r == ip)
-        return (f"Ray now has a node registered as {ip}{f' ({name})' if name else ''}: the IPs "
-                "agree at the moment. If vLLM still waits, compare the GPUs in `ray status` "
-                "with --tensor-parallel-size x --pipeline-parallel-size.",
-                name)
+        return (
+            f"Ray now has a node registered as {ip}{f' ({name})' if name else ''}: the IPs "
+            "agree at the moment. If vLLM still waits, compare the GPUs in `ray status` "
+            "with --tensor-parallel-size x --pipeline-parallel-size.",
+            name,
+        )
     head = f"vLLM asked for node:{ip}, Ray knows {_named(ray)}."
     if owner is None:
-        return (f"{head} No configured node owns {ip}: set VLLM_HOST_IP on the node running "
-                "`vllm serve` to the IP Ray registered for it.", None)
+        return (
+            f"{head} No configured node owns {ip}: set VLLM_HOST_IP on the node running "
+            "`vllm serve` to the IP Ray registered for it.",
+            None,
+        )
     registered = owner.ray.registered_ip or next((r for r, n in ray if n == owner.name), None)
     env = owner.env.get("VLLM_HOST_IP") if owner.env else None
     if env == ip:
         why = f" {owner.name}'s container environment has VLLM_HOST_IP={ip}."
     elif owner.env and env is None:
-        why = (f" VLLM_HOST_IP is not set on {owner.name}: vLLM used its default-route "
-               "address.")
+        why = f" VLLM_HOST_IP is not set on {owner.name}: vLLM used its default-route address."
     else:
         why = ""
     pinned = [f"{n.name}: {n.configured_ip}" for n in snap.nodes if n.configured_ip]
     pin_text = f" ({', '.join(pinned)})" if pinned else ""
     if registered:
-        fix = (f"{head}{why} Set VLLM_HOST_IP={registered} on {owner.name} (the IP Ray uses), "
-               f"or restart Ray pinned to the interconnect IPs{pin_text} with "
-               "--node-ip-address on every node.")
+        fix = (
+            f"{head}{why} Set VLLM_HOST_IP={registered} on {owner.name} (the IP Ray uses), "
+            f"or restart Ray pinned to the interconnect IPs{pin_text} with "
+            "--node-ip-address on every node."
+        )
     else:
-        fix = (f"{head}{why} {owner.name} is not registered in Ray at all: restart Ray on "
-               f"{owner.name} pinned to {owner.configured_ip or ip} (--node-ip-address) and "
-               f"set VLLM_HOST_IP to the same IP.")
+        fix = (
+            f"{head}{why} {owner.name} is not registered in Ray at all: restart Ray on "
+            f"{owner.name} pinned to {owner.configured_ip or ip} (--node-ip-address) and "
+            f"set VLLM_HOST_IP to the same IP."
+        )
     return fix, owner.name
 
 
@@ -119,20 +127,29 @@ def _dead_worker(f: Finding, snap: ClusterSnapshot) -> tuple[str, str | None] | 
             return None
         d = dead[0]
         reason = f": {d.ray.death_reason}" if d.ray.death_reason else ""
-        return (f"Ray reports {d.name} ({d.ray.registered_ip or d.configured_ip}) as dead{reason}; "
-                f"the worker on it went down with it. Check the container on {d.name} "
-                f"(docker logs) and `dmesg` there, then sparktui restart.", d.name)
+        return (
+            f"Ray reports {d.name} ({d.ray.registered_ip or d.configured_ip}) as dead{reason}; "
+            f"the worker on it went down with it. Check the container on {d.name} "
+            f"(docker logs) and `dmesg` there, then sparktui restart.",
+            d.name,
+        )
     if node is None:
-        return (f"The failing worker ran on {ip}, which is not a configured node: read its log "
-                "there (/tmp/ray/session_latest/logs/worker-*.err).", None)
+        return (
+            f"The failing worker ran on {ip}, which is not a configured node: read its log "
+            "there (/tmp/ray/session_latest/logs/worker-*.err).",
+            None,
+        )
     state = ""
     if node.ray.alive is False:
         state = f" Ray reports {node.name} as dead{': ' + node.ray.death_reason if node.ray.death_reason else ''}."
     pid = f.captures.get("worker_pid")
     which = f"worker-*-{pid}.err" if pid else "worker-*.err"
-    return (f"The failing worker ran on {node.name} ({ip}).{state} Read its own log on "
-            f"{node.name}: /tmp/ray/session_latest/logs/{which} inside the node's container; "
-            f"check `dmesg` on {node.name} for the OOM killer.", node.name)
+    return (
+        f"The failing worker ran on {node.name} ({ip}).{state} Read its own log on "
+        f"{node.name}: /tmp/ray/session_latest/logs/{which} inside the node's container; "
+        f"check `dmesg` on {node.name} for the OOM killer.",
+        node.name,
+    )
 
 
 def _iface_vars(f: Finding, snap: ClusterSnapshot, var: str) -> tuple[str, str | None] | None:
@@ -142,24 +159,32 @@ def _iface_vars(f: Finding, snap: ClusterSnapshot, var: str) -> tuple[str, str |
     missing = [n.name for n in snap.nodes if n.env and var not in n.env]
     note = _env_note(node, var)
     extra = f" Not set on: {', '.join(missing)}." if missing else ""
-    return (f"The failing rank ran on {node.name} ({ip}).{note}{extra} Set {var} to "
-            f"{node.name}'s interconnect interface in its container environment before "
-            "`ray start`.", node.name)
+    return (
+        f"The failing rank ran on {node.name} ({ip}).{note}{extra} Set {var} to "
+        f"{node.name}'s interconnect interface in its container environment before "
+        "`ray start`.",
+        node.name,
+    )
 
 
 def _ray_oom(f: Finding, snap: ClusterSnapshot) -> tuple[str, str | None] | None:
     ip, node = _owner(snap, f)
-    lacking = [n.name for n in snap.nodes
-               if n.env and n.env.get("RAY_memory_monitor_refresh_ms") != "0"]
+    lacking = [
+        n.name for n in snap.nodes if n.env and n.env.get("RAY_memory_monitor_refresh_ms") != "0"
+    ]
     if node is None and not lacking:
         return None
     where = f"Ray killed a worker on {node.name} ({ip}). " if node else ""
     if lacking:
-        return (f"{where}RAY_memory_monitor_refresh_ms=0 is missing on: {', '.join(lacking)}; "
-                "set it in each node's container environment and restart Ray.",
-                node.name if node else None)
-    return (f"{where}Lower --gpu-memory-utilization on {node.name if node else 'that node'}.",
-            node.name if node else None)
+        return (
+            f"{where}RAY_memory_monitor_refresh_ms=0 is missing on: {', '.join(lacking)}; "
+            "set it in each node's container environment and restart Ray.",
+            node.name if node else None,
+        )
+    return (
+        f"{where}Lower --gpu-memory-utilization on {node.name if node else 'that node'}.",
+        node.name if node else None,
+    )
 
 
 def _located(f: Finding, snap: ClusterSnapshot) -> tuple[str, str | None] | None:
@@ -178,15 +203,18 @@ def _ray_gpus(snap: ClusterSnapshot) -> tuple[float, list[str]] | None:
         for rn in alive:
             node = snap.node_by_ip(rn.ip)
             parts.append(f"{node.name if node else rn.ip}: {rn.gpus:g}")
-        missing = [n.name for n in snap.nodes
-                   if not any(snap.node_by_ip(rn.ip) is n for rn in alive)]
+        missing = [
+            n.name for n in snap.nodes if not any(snap.node_by_ip(rn.ip) is n for rn in alive)
+        ]
         parts += [f"{name}: not in Ray" for name in missing]
         return total, parts
     known = [n for n in snap.nodes if n.ray.gpus is not None]
     if not known:
         return None
-    return (sum(n.ray.gpus or 0 for n in known if n.ray.alive is not False),
-            [f"{n.name}: {n.ray.gpus:g}" for n in known])
+    return (
+        sum(n.ray.gpus or 0 for n in known if n.ray.alive is not False),
+        [f"{n.name}: {n.ray.gpus:g}" for n in known],
+    )
 
 
 def _wanted_gpus(f: Finding, want: int | None) -> float | None:
@@ -202,23 +230,34 @@ def _pg_wait(f: Finding, snap: ClusterSnapshot, want: int | None) -> Finding | N
     ip = f.captures.get("ip")
     ray_ips = [r for r, _ in _ray_ips(snap)]
     if ip and ray_ips and ip not in ray_ips:
-        return None if f.category == "placement_group_ip_mismatch" else dataclasses.replace(
-            f, category="placement_group_ip_mismatch",
-            title="Ray placement group can never be placed (node IP mismatch)")
+        return (
+            None
+            if f.category == "placement_group_ip_mismatch"
+            else dataclasses.replace(
+                f,
+                category="placement_group_ip_mismatch",
+                title="Ray placement group can never be placed (node IP mismatch)",
+            )
+        )
     gpus = _ray_gpus(snap)
     needed = _wanted_gpus(f, want)
     if gpus is None or needed is None or gpus[0] >= needed:
         return None
     total, parts = gpus
-    live = (f"The placement group needs {needed:g} GPU(s); Ray has {total:g} "
-            f"({', '.join(parts)}). Start Ray on every node (sparktui restart) and check that "
-            "each node's GPUs are visible inside its container (--gpus all, nvidia runtime), "
-            "or lower --tensor-parallel-size x --pipeline-parallel-size.")
+    live = (
+        f"The placement group needs {needed:g} GPU(s); Ray has {total:g} "
+        f"({', '.join(parts)}). Start Ray on every node (sparktui restart) and check that "
+        "each node's GPUs are visible inside its container (--gpus all, nvidia runtime), "
+        "or lower --tensor-parallel-size x --pipeline-parallel-size."
+    )
     fix = f"On this cluster: {live}\n{f.fix}" if f.fix else f"On this cluster: {live}"
     return dataclasses.replace(
-        f, category="not_enough_gpus", fix=fix,
+        f,
+        category="not_enough_gpus",
+        fix=fix,
         title="Ray has fewer GPUs than vLLM's placement group needs",
-        message=f"Placement group needs {needed:g} GPU(s), Ray has {total:g}")
+        message=f"Placement group needs {needed:g} GPU(s), Ray has {total:g}",
+    )
 
 
 _BY_CATEGORY = {
@@ -254,8 +293,9 @@ def join_one(f: Finding, snap: ClusterSnapshot, want_gpus: int | None = None) ->
     return dataclasses.replace(f, fix=fix, node=node or f.node)
 
 
-def join(findings: list[Finding], snapshot: ClusterSnapshot | None,
-         want_gpus: int | None = None) -> list[Finding]:
+def join(
+    findings: list[Finding], snapshot: ClusterSnapshot | None, want_gpus: int | None = None
+) -> list[Finding]:
     """Every log finding joined with the snapshot (unchanged without one).
 
     `want_gpus`: TP x PP of the configured serve, for placement-group waits that do not

@@ -49,18 +49,36 @@ CATEGORIES: tuple[str, ...] = (
 #: Where an error no pattern explains goes (the `unrecognised-error` finding).
 UNKNOWN = "unknown"
 ALL_CATEGORIES: tuple[str, ...] = (*CATEGORIES, UNKNOWN)
-DEFAULT_SEVERITY = {"primary": "error", "generic": "error", "secondary": "error",
-                    "predictive": "warning", "context": "info", "benign": "info",
-                    "fallback": "error", "hint": "warning", "signal": "info",
-                    "healthy": "info"}
+DEFAULT_SEVERITY = {
+    "primary": "error",
+    "generic": "error",
+    "secondary": "error",
+    "predictive": "warning",
+    "context": "info",
+    "benign": "info",
+    "fallback": "error",
+    "hint": "warning",
+    "signal": "info",
+    "healthy": "info",
+}
 MAX_SPAN = 10
 DEFAULT_SPAN = 2
 # Captures every hit gets from the line's Ray/vLLM prefix: "(Name pid=N, ip=X)".
 PREFIX_CAPTURES = ("node_ip", "process")
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,79}$")
-Role = Literal["primary", "generic", "predictive", "secondary", "context", "benign", "fallback",
-               "hint", "signal", "healthy"]
+Role = Literal[
+    "primary",
+    "generic",
+    "predictive",
+    "secondary",
+    "context",
+    "benign",
+    "fallback",
+    "hint",
+    "signal",
+    "healthy",
+]
 Severity = Literal["error", "warning", "info"]
 ROLES: tuple[str, ...] = get_args(Role)
 SEVERITIES: tuple[str, ...] = get_args(Severity)
@@ -73,8 +91,11 @@ class KnowledgeBaseError(ValueError):
 def _strs(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
-    if (not isinstance(value, (list, tuple)) or not value
-            or not all(isinstance(v, str) and v.strip() for v in value)):
+    if (
+        not isinstance(value, (list, tuple))
+        or not value
+        or not all(isinstance(v, str) and v.strip() for v in value)
+    ):
         raise rule("strs", "must be a string or a non-empty list of non-empty strings")
     return tuple(v.strip() for v in value)
 
@@ -128,8 +149,9 @@ def _span(value: int) -> int:
 
 def _pattern_id(value: Any) -> str:
     if not isinstance(value, str) or not _ID_RE.match(value):
-        raise rule("id", "must be a string of letters, digits and _.:- (got {value!r})",
-                   value=value)
+        raise rule(
+            "id", "must be a string of letters, digits and _.:- (got {value!r})", value=value
+        )
     return value
 
 
@@ -197,21 +219,26 @@ class Pattern(_Frozen):
             item.setdefault("explanation", cat.explanation)
             item.setdefault("fix", list(cat.fix))
         role = item.get("role", "primary")
-        item.setdefault("severity", DEFAULT_SEVERITY.get(role, "error")
-                        if isinstance(role, str) else "error")
+        item.setdefault(
+            "severity", DEFAULT_SEVERITY.get(role, "error") if isinstance(role, str) else "error"
+        )
         return item
 
     @model_validator(mode="after")
     def _consistent(self) -> Pattern:
         if self.role == "benign" and self.severity != "info":
-            raise rule("benign", "a benign pattern must have severity info (it never alarms)",
-                       field="severity")
+            raise rule(
+                "benign",
+                "a benign pattern must have severity info (it never alarms)",
+                field="severity",
+            )
         if self.silent and self.role != "benign":
             raise rule("silent", "only a benign pattern can be silent", field="silent")
         compiled = tuple(re.compile(rx) for rx in self.regexes)
         if self.same is not None and not any(self.same in rx.groupindex for rx in compiled):
-            raise rule("same", "{same} is not a named capture of the regexes", same=self.same,
-                       field="same")
+            raise rule(
+                "same", "{same} is not a named capture of the regexes", same=self.same, field="same"
+            )
         if self.message is not None:
             groups = set(PREFIX_CAPTURES).union(*(rx.groupindex for rx in compiled))
             try:
@@ -222,8 +249,12 @@ class Pattern(_Frozen):
                 if not n.isidentifier():
                     raise rule("template", "bad placeholder {{{n}}}", n=n, field="message")
                 if n not in groups:
-                    raise rule("template", "{{{n}}} is not a named capture of the regexes",
-                               n=n, field="message")
+                    raise rule(
+                        "template",
+                        "{{{n}}} is not a named capture of the regexes",
+                        n=n,
+                        field="message",
+                    )
         self._compiled = compiled
         return self
 
@@ -260,10 +291,14 @@ class Rule(_Frozen):
 
     id: str
     when: Strs
-    demote: Annotated[tuple[Literal[CATEGORIES], ...],  # type: ignore[valid-type]
-                      BeforeValidator(lambda v: _strs(v) if v else ())] = ()
-    reroute: Annotated[tuple[tuple[str, Literal[CATEGORIES]], ...],  # type: ignore[valid-type]
-                       BeforeValidator(_pairs)] = ()
+    demote: Annotated[
+        tuple[Literal[CATEGORIES], ...],  # type: ignore[valid-type]
+        BeforeValidator(lambda v: _strs(v) if v else ()),
+    ] = ()
+    reroute: Annotated[
+        tuple[tuple[str, Literal[CATEGORIES]], ...],  # type: ignore[valid-type]
+        BeforeValidator(_pairs),
+    ] = ()
 
 
 @dataclass(frozen=True)
@@ -296,6 +331,7 @@ def _fields(template: str) -> list[str]:
 
 def render_template(template: str, captures: Mapping[str, str]) -> str:
     """The template with captures filled in once (a captured `{}` stays literal)."""
+
     def fill(text: str, missing: str | None) -> str | None:
         out = []
         for literal, name, _spec, _conv in string.Formatter().parse(text):
@@ -311,15 +347,15 @@ def render_template(template: str, captures: Mapping[str, str]) -> str:
         return "".join(out)
 
     parts: list[str] = []
-    mandatory: list[str] = []   # template pieces outside [[...]], filled at the end
+    mandatory: list[str] = []  # template pieces outside [[...]], filled at the end
     pos = 0
     for m in _OPTIONAL.finditer(template):
-        mandatory.append(template[pos:m.start()])
+        mandatory.append(template[pos : m.start()])
         parts.append(fill(m.group(1), None) or "")
         pos = m.end()
     mandatory.append(template[pos:])
     filled = [fill(t, None) for t in mandatory]
-    if any(f is None for f in filled):   # a mandatory capture is missing: "?" in its place
+    if any(f is None for f in filled):  # a mandatory capture is missing: "?" in its place
         filled = [fill(t, "?") for t in mandatory]
     out = [filled[0] or ""]
     for opt, rest in zip(parts, filled[1:], strict=True):
@@ -337,6 +373,7 @@ def fill_missing(text: str, captures: Mapping[str, str]) -> str:
 
 
 # --- loading -------------------------------------------------------------------------------
+
 
 def _read_builtin() -> dict[str, Any]:
     """patterns.yaml (categories, rules) plus patterns/<category>.yaml, in category order."""
@@ -369,9 +406,13 @@ def load_builtin() -> KnowledgeBase:
     return load()
 
 
-def load(user_patterns: Iterable[Mapping[str, Any]] | None = None, *,
-         source: str = "config", line: int | None = None,
-         base: Mapping[str, Any] | None = None) -> KnowledgeBase:
+def load(
+    user_patterns: Iterable[Mapping[str, Any]] | None = None,
+    *,
+    source: str = "config",
+    line: int | None = None,
+    base: Mapping[str, Any] | None = None,
+) -> KnowledgeBase:
     """The shipped knowledge base plus `user_patterns` (the config's `patterns:` list).
 
     A user pattern whose id exists overrides the shipped one field by field (`enabled: false`
@@ -412,8 +453,9 @@ def load(user_patterns: Iterable[Mapping[str, Any]] | None = None, *,
     for pid, (item, origin) in merged.items():
         enabled = item.get("enabled", True)
         if not isinstance(enabled, bool):
-            raise KnowledgeBaseError(f"{origin}: pattern '{pid}': field 'enabled': must be "
-                                     "true or false")
+            raise KnowledgeBaseError(
+                f"{origin}: pattern '{pid}': field 'enabled': must be true or false"
+            )
         if not enabled:
             continue
         patterns.append(_pattern(item, categories, origin))
@@ -421,8 +463,9 @@ def load(user_patterns: Iterable[Mapping[str, Any]] | None = None, *,
     for p in patterns:
         for pid in p.unless_later:
             if pid not in ids:
-                raise KnowledgeBaseError(f"{p.origin}: pattern '{p.id}': field 'unless_later': "
-                                         f"unknown pattern '{pid}'")
+                raise KnowledgeBaseError(
+                    f"{p.origin}: pattern '{p.id}': field 'unless_later': unknown pattern '{pid}'"
+                )
     rules = tuple(_rule(r, ids, where_builtin, i) for i, r in enumerate(data.get("rules") or ()))
     return KnowledgeBase(categories=categories, patterns=tuple(patterns), rules=rules)
 
@@ -432,14 +475,24 @@ def load_for_config(cfg: Any) -> KnowledgeBase:
     user = getattr(cfg, "patterns", None) or []
     if not user:
         return load_builtin()
-    return load(user, source=getattr(cfg, "path", None) or "config",
-                line=getattr(cfg, "patterns_line", None))
+    return load(
+        user,
+        source=getattr(cfg, "path", None) or "config",
+        line=getattr(cfg, "patterns_line", None),
+    )
 
 
 # --- validation ----------------------------------------------------------------------------
 
-def _check(model: type[BaseModel], data: Any, prefix: str, *, alias: dict[str, str] | None = None,
-           context: dict[str, Any] | None = None) -> Any:
+
+def _check(
+    model: type[BaseModel],
+    data: Any,
+    prefix: str,
+    *,
+    alias: dict[str, str] | None = None,
+    context: dict[str, Any] | None = None,
+) -> Any:
     """`model` from `data`, or KnowledgeBaseError `PREFIX: field 'F': what is wrong`."""
     try:
         return model.model_validate(data, context=context)
@@ -482,11 +535,15 @@ def _categories(raw: Any, where: str) -> dict[str, Category]:
     return out
 
 
-def _pattern(item: Mapping[str, Any], categories: Mapping[str, Category],
-             origin: str) -> Pattern:
+def _pattern(item: Mapping[str, Any], categories: Mapping[str, Category], origin: str) -> Pattern:
     rkey = "regexes" if "regexes" in item else "regex"
-    pattern = _check(Pattern, {**item, "origin": origin}, f"{origin}: pattern '{item['id']}'",
-                     alias={"regexes": rkey}, context={"categories": categories})
+    pattern = _check(
+        Pattern,
+        {**item, "origin": origin},
+        f"{origin}: pattern '{item['id']}'",
+        alias={"regexes": rkey},
+        context={"categories": categories},
+    )
     links = tuple(dict.fromkeys((*pattern.links, *categories[pattern.category].links)))
     return pattern.model_copy(update={"links": links})
 

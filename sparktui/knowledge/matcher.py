@@ -108,14 +108,18 @@ class _HsSet:
             blob = _hs.dumpb(db) if db is not None else b""
             tmp.write_bytes(",".join(map(str, self.ids)).encode() + b"\n" + blob)
             tmp.replace(cache)
-        except (OSError, _hs.error):   # no cache: compiled again next time
+        except (OSError, _hs.error):  # no cache: compiled again next time
             pass
 
     def _compile(self, exprs: list[bytes], ids: list[int]):
         assert _hs is not None
         db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
-        db.compile(expressions=[exprs[i] for i in ids], ids=list(range(len(ids))),
-                   elements=len(ids), flags=[self.flags] * len(ids))
+        db.compile(
+            expressions=[exprs[i] for i in ids],
+            ids=list(range(len(ids))),
+            elements=len(ids),
+            flags=[self.flags] * len(ids),
+        )
         return db
 
     def _compile_good(self, exprs: list[bytes], ids: list[int]):
@@ -151,15 +155,19 @@ class _HsSet:
         def on_match(i: int, _from: int, _to: int, _flags: int, _ctx: object) -> None:
             found.append(i)
 
-        self.db.scan(bytes(data) if isinstance(data, memoryview) else data,
-                     match_event_handler=on_match, scratch=self.scratch)
+        self.db.scan(
+            bytes(data) if isinstance(data, memoryview) else data,
+            match_event_handler=on_match,
+            scratch=self.scratch,
+        )
         ids = self.ids
         return [ids[i] for i in found]
 
-CHUNK = 1 << 20                  # bytes per scan region
-MAX_EVAL = 64 * 1024             # longest text a full Python regex sees
-MAX_TEXT = 2000                  # characters of the line kept in a hit (for display)
-MAX_PARTIAL = 8 << 20            # a "line" longer than this without a newline is cut
+
+CHUNK = 1 << 20  # bytes per scan region
+MAX_EVAL = 64 * 1024  # longest text a full Python regex sees
+MAX_TEXT = 2000  # characters of the line kept in a hit (for display)
+MAX_PARTIAL = 8 << 20  # a "line" longer than this without a newline is cut
 
 # CSI (colours), OSC (titles, links) and two-byte escapes; never across a newline
 ANSI_RE_B = re.compile(ANSI_RE.pattern.encode())
@@ -171,12 +179,14 @@ PREFIX_RE = re.compile(r"\((?P<proc>[^()\s]+) pid=\d+(?:, ip=(?P<ip>[\w.:-]+))?\
 # (`> `, `▎`, `|`), a timestamp (docker logs -t, Ray), a `[rank0]:` tag
 _QUOTE = r"(?:[>▎│|]\s*)*"
 _LEAD_RE = re.compile(
-    r"\s*" + _QUOTE + r"(?:\[?\d{4}-\d\d-\d\d[T ][\d:.,]+Z?\]?\s*)?(?:\[rank\d+\]:\s*)?$")
+    r"\s*" + _QUOTE + r"(?:\[?\d{4}-\d\d-\d\d[T ][\d:.,]+Z?\]?\s*)?(?:\[rank\d+\]:\s*)?$"
+)
 LEADING_PREFIXES_RE = re.compile(
-    r"^\s*" + _QUOTE + r"(?:\[?\d{4}-\d\d-\d\dT[\d:.]+Z\]? )?"          # docker logs -t
-    r"(?:\[rank\d+\]:\s*)?"                              # torchrun's rank tag
+    r"^\s*" + _QUOTE + r"(?:\[?\d{4}-\d\d-\d\dT[\d:.]+Z\]? )?"  # docker logs -t
+    r"(?:\[rank\d+\]:\s*)?"  # torchrun's rank tag
     r"(?:\((?:[^()\s]+ pid=\d+(?:, ip=[\w.:-]+)?|raylet|autoscaler[^()]*)\) ?)*"
-    r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d [\d:]+ \[?[^\]\s]+:\d+\]? )?")
+    r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d [\d:]+ \[?[^\]\s]+:\d+\]? )?"
+)
 
 
 @dataclass(frozen=True)
@@ -236,7 +246,7 @@ def strip_ansi_bytes(text: bytes) -> bytes:
     i = text.find(b"\x1b")
     if i < 0:
         return text
-    if text.count(b"\x1b", i) * 4096 > len(text):   # a coloured log: one pass over all
+    if text.count(b"\x1b", i) * 4096 > len(text):  # a coloured log: one pass over all
         return ANSI_RE_B.sub(b"", text)
     return _per_line(text, b"\x1b", _strip_ansi_line)
 
@@ -277,7 +287,9 @@ class Matcher:
         if engine == "auto":
             engine = "hyperscan" if _hs is not None and _re2 is not None else "re2"
         elif engine == "hyperscan" and (_hs is None or _re2 is None):
-            raise ValueError("matcher engine hyperscan: install it with pip install 'sparktui[fast]'")
+            raise ValueError(
+                "matcher engine hyperscan: install it with pip install 'sparktui[fast]'"
+            )
         self.engine = engine
         self.kb = kb
         self.patterns: tuple[Pattern, ...] = kb.patterns
@@ -286,11 +298,11 @@ class Matcher:
         for i, p in enumerate(self.patterns):
             for rx in p.prefilter:
                 entries.append((i, rx))
-        self._fast: list[tuple[int, object]] = []   # (pattern index, re2 regex)
-        self._slow: list[tuple[int, re.Pattern[bytes]]] = []   # RE2 cannot: Python re
+        self._fast: list[tuple[int, object]] = []  # (pattern index, re2 regex)
+        self._slow: list[tuple[int, re.Pattern[bytes]]] = []  # RE2 cannot: Python re
         self._set = None
         self._hs_set: _HsSet | None = None
-        self._hs: list[tuple[int, object]] = []   # (pattern index, re2 regex): in _hs_set
+        self._hs: list[tuple[int, object]] = []  # (pattern index, re2 regex): in _hs_set
         hs_exprs: list[bytes] = []
         set_entries: list[tuple[int, object]] = []
         if _re2 is not None:
@@ -303,21 +315,21 @@ class Matcher:
                 if b is None:
                     self._slow.append((i, _py_bytes(rx)))
                     continue
-                b = b"(?m)" + b   # ^ and $ are line anchors, as in Python re.M
+                b = b"(?m)" + b  # ^ and $ are line anchors, as in Python re.M
                 try:
                     compiled = _re2.compile(b, opts)
                 except _re2.error:  # RE2 syntax gap (look-around, backrefs): Python re
                     self._slow.append((i, _py_bytes(rx)))
                     continue
                 if engine == "hyperscan":
-                    hs_exprs.append(_prefilter_bytes(rx) or b)   # (?m): the MULTILINE flag
+                    hs_exprs.append(_prefilter_bytes(rx) or b)  # (?m): the MULTILINE flag
                     self._hs.append((i, compiled))
                     continue
                 rset.Add(b)
                 set_entries.append((i, compiled))
             if hs_exprs:
                 self._hs_set = _HsSet(hs_exprs)
-                for k in self._hs_set.rejected:   # Hyperscan cannot: the RE2 set
+                for k in self._hs_set.rejected:  # Hyperscan cannot: the RE2 set
                     rset.Add(b"(?m)" + hs_exprs[k])
                     set_entries.append(self._hs[k])
             if set_entries:
@@ -363,11 +375,12 @@ class Matcher:
         yield from sc.close()
 
 
-SUB = 8 * 1024                   # a region with hits is set-scanned again in blocks this big
+SUB = 8 * 1024  # a region with hits is set-scanned again in blocks this big
 
 
-def _locate(rset: Any, entries: list[tuple[int, Any]], view: memoryview,
-            start: int) -> list[tuple[int, int]]:
+def _locate(
+    rset: Any, entries: list[tuple[int, Any]], view: memoryview, start: int
+) -> list[tuple[int, int]]:
     """(offset, pattern index) of every prefilter match in `view` (at `start` in its buffer).
 
     One set pass says which prefilters occur. In a big region, each ~8 KiB block of
@@ -441,8 +454,8 @@ class Scanner:
 
     def __init__(self, matcher: Matcher, *, first_line: int = 1) -> None:
         self.m = matcher
-        self.next_line = first_line           # number of the next line not yet scanned
-        self._carry = b""                     # the unfinished last line
+        self.next_line = first_line  # number of the next line not yet scanned
+        self._carry = b""  # the unfinished last line
         self._pending: list[_Pending] = []
         self.bytes_seen = 0
 
@@ -459,13 +472,13 @@ class Scanner:
         while pos < n:
             if n - pos <= CHUNK:
                 cut = data.rfind(b"\n", pos)
-            else:   # bounded regions, whatever the caller hands us
+            else:  # bounded regions, whatever the caller hands us
                 cut = data.rfind(b"\n", pos, pos + CHUNK)
                 if cut < 0:
                     cut = data.find(b"\n", pos + CHUNK)
             if cut < 0:
                 rest = data[pos:] if pos else data
-                if len(rest) > MAX_PARTIAL:    # a monster line: cut it here
+                if len(rest) > MAX_PARTIAL:  # a monster line: cut it here
                     rest += b"\n"
                     hits += self._region(rest, 0, len(rest))
                 else:
@@ -478,14 +491,14 @@ class Scanner:
     def feed_stream(self, f: BinaryIO, chunk: int = CHUNK) -> Iterator[Hit]:
         """Read `f` to its end with one reused buffer (readinto: no per-chunk copies)."""
         buf = bytearray(2 * chunk)
-        k = 0                                  # bytes of an unfinished line at buf[0:k]
+        k = 0  # bytes of an unfinished line at buf[0:k]
         if self._carry:
-            buf[:len(self._carry)] = self._carry
+            buf[: len(self._carry)] = self._carry
             k, self._carry = len(self._carry), b""
         while True:
             if len(buf) < k + chunk:
                 buf.extend(bytes(k + chunk - len(buf)))
-            n = cast(io.BufferedIOBase, f).readinto(memoryview(buf)[k:k + chunk])
+            n = cast(io.BufferedIOBase, f).readinto(memoryview(buf)[k : k + chunk])
             if not n:
                 break
             self.bytes_seen += n
@@ -493,13 +506,13 @@ class Scanner:
             cut = buf.rfind(b"\n", k, total)
             if cut < 0:
                 k = total
-                if k > MAX_PARTIAL:             # a monster line: cut it here
+                if k > MAX_PARTIAL:  # a monster line: cut it here
                     yield from self._region(bytes(buf[:k]) + b"\n", 0, k + 1)
                     k = 0
                 continue
             yield from self._region(buf, 0, cut + 1)
             k = total - (cut + 1)
-            buf[:k] = buf[cut + 1:total]
+            buf[:k] = buf[cut + 1 : total]
         self._carry = bytes(buf[:k])
 
     def feed_lines(self, lines: Sequence[str]) -> list[Hit]:
@@ -530,8 +543,8 @@ class Scanner:
             cands.sort()
             found, line_no, last = self._evaluate(buf, start, end, line_no, cands)
             hits += found
-        self.next_line = line_no + buf.count(b"\n", last, end)   # one pass over the region
-        if len(self._pending) > 64:   # never let waiting hits grow without bound
+        self.next_line = line_no + buf.count(b"\n", last, end)  # one pass over the region
+        if len(self._pending) > 64:  # never let waiting hits grow without bound
             self._pending = self._pending[-64:]
         return _suppress_benign(hits) if hits else hits
 
@@ -555,7 +568,7 @@ class Scanner:
         cleaned = []
         for ls in starts:
             le = buf.find(b"\n", ls, end)
-            line = bytes(buf[ls:le if le >= 0 else end])
+            line = bytes(buf[ls : le if le >= 0 else end])
             cleaned.append(_strip_repeated_line(_strip_ansi_line(line)))
         side = b"\n".join(cleaned) + b"\n"
         offsets = []
@@ -569,8 +582,9 @@ class Scanner:
             out.append((starts[idx], pidx))
         return out
 
-    def _evaluate(self, buf, start: int, end: int, base: int,
-                  cands: list[tuple[int, int]]) -> tuple[list[Hit], int, int]:
+    def _evaluate(
+        self, buf, start: int, end: int, base: int, cands: list[tuple[int, int]]
+    ) -> tuple[list[Hit], int, int]:
         """Full matches of the candidates; also (line number at `last`, `last`) offset."""
         hits: list[Hit] = []
         line_no = base
@@ -597,7 +611,7 @@ class Scanner:
                 e = buf.find(b"\n", nxt, end)
                 if e < 0:
                     e = end
-                rest.append(_decode(buf[nxt:min(e, nxt + MAX_EVAL)]))
+                rest.append(_decode(buf[nxt : min(e, nxt + MAX_EVAL)]))
                 nxt = e + 1
             hit = _match(pattern, line_no, first, rel, rest)
             if hit is not None:
@@ -615,12 +629,12 @@ class Scanner:
             e = buf.find(b"\n", pos, end)
             if e < 0:
                 e = end
-            lines.append(_decode(buf[pos:min(e, pos + MAX_EVAL)]))
+            lines.append(_decode(buf[pos : min(e, pos + MAX_EVAL)]))
             pos = e + 1
         hits: list[Hit] = []
         keep: list[_Pending] = []
         for p in self._pending:
-            p.rest.extend(lines[:p.pattern.span - len(p.rest)])
+            p.rest.extend(lines[: p.pattern.span - len(p.rest)])
             hit = _match(p.pattern, p.line, p.first, p.pos, p.rest)
             if hit is not None:
                 hits.append(hit)
@@ -649,14 +663,14 @@ def _match(pattern: Pattern, line: int, first: str, pos: int, rest: list[str]) -
     """Full regexes over the cleaned hit line, then over it plus its continuation lines."""
     line_text = clean_line(first)
     m = None
-    if rest:   # wrapped messages first: they may carry more captures
+    if rest:  # wrapped messages first: they may carry more captures
         window = "\n".join([line_text, *(strip_prefixes(clean_line(r)) for r in rest)])
         limit = len(line_text)
         for rx in pattern.compiled:
             m = next((x for x in rx.finditer(window) if x.start() <= limit), None)
             if m is not None:
                 break
-    if m is None:   # the line alone ($ anchors the line end)
+    if m is None:  # the line alone ($ anchors the line end)
         m = pattern.search(line_text)
     if m is None:
         return None
@@ -667,8 +681,8 @@ def _match(pattern: Pattern, line: int, first: str, pos: int, rest: list[str]) -
     return Hit(pattern, line, shown, caps)
 
 
-_UNNAMED = ("context", "fallback", "hint", "signal")   # roles that explain no line
-_WEAK = ("fallback", "hint", "signal")                  # ... and stand only on lines without
+_UNNAMED = ("context", "fallback", "hint", "signal")  # roles that explain no line
+_WEAK = ("fallback", "hint", "signal")  # ... and stand only on lines without
 
 
 def _suppress_benign(hits: list[Hit]) -> list[Hit]:
@@ -679,6 +693,9 @@ def _suppress_benign(hits: list[Hit]) -> list[Hit]:
     weak = [h for h in hits if h.pattern.role in _WEAK]
     if not benign and not named.intersection(h.line for h in weak):
         return hits
-    return [h for h in hits
-            if (h.pattern.role in ("benign", "context") or h.line not in benign)
-            and (h.pattern.role not in _WEAK or h.line not in named)]
+    return [
+        h
+        for h in hits
+        if (h.pattern.role in ("benign", "context") or h.line not in benign)
+        and (h.pattern.role not in _WEAK or h.line not in named)
+    ]

@@ -38,16 +38,27 @@ from sparktui.core.model import SEVERITY_RANK, Finding
 from sparktui.knowledge.kb import KnowledgeBase, Pattern
 from sparktui.knowledge.matcher import Hit, Matcher
 
-ROLE_RANK = {"primary": 0, "generic": 1, "predictive": 2, "secondary": 3, "benign": 4,
-             "context": 5, "fallback": 6, "hint": 7, "signal": 8, "healthy": 9}
-MAX_KEYS = 256   # values of an absence's `same` capture remembered per pattern
+ROLE_RANK = {
+    "primary": 0,
+    "generic": 1,
+    "predictive": 2,
+    "secondary": 3,
+    "benign": 4,
+    "context": 5,
+    "fallback": 6,
+    "hint": 7,
+    "signal": 8,
+    "healthy": 9,
+}
+MAX_KEYS = 256  # values of an absence's `same` capture remembered per pattern
 UNRECOGNISED = "unrecognised-error"
-HINT_CAP = 3     # hits of one hint pattern that count towards its category's vote
-NO_ROOT_CAUSE = ("Root cause not in this log excerpt: only wrapper/aftermath messages were "
-                 "found. ")
-NO_ROOT_CAUSE_FIX = ("Look at the first ERROR of EngineCore or a worker earlier in the log, or "
-                     "at the dead worker's own log on the node named by ip=; raise verbosity "
-                     "with VLLM_LOGGING_LEVEL=DEBUG (and NCCL_DEBUG=INFO) if it is not there.")
+HINT_CAP = 3  # hits of one hint pattern that count towards its category's vote
+NO_ROOT_CAUSE = "Root cause not in this log excerpt: only wrapper/aftermath messages were found. "
+NO_ROOT_CAUSE_FIX = (
+    "Look at the first ERROR of EngineCore or a worker earlier in the log, or "
+    "at the dead worker's own log on the node named by ip=; raise verbosity "
+    "with VLLM_LOGGING_LEVEL=DEBUG (and NCCL_DEBUG=INFO) if it is not there."
+)
 
 
 @dataclass
@@ -118,8 +129,7 @@ def _unfinished(ev: Evidence, p: Pattern, evidence: dict[str, Evidence]) -> bool
             other = evidence.get(pid)
             if other is None:
                 continue
-            seen = (other.keys or {}).get(key) if p.same else (other.first.line,
-                                                                other.last_line)
+            seen = (other.keys or {}).get(key) if p.same else (other.first.line, other.last_line)
             if seen is not None and seen[1] > first:
                 ended = True
                 break
@@ -136,8 +146,9 @@ class _Group:
     members: list[Evidence]
 
 
-def triage(evidence: dict[str, Evidence] | Iterable[Hit], kb: KnowledgeBase, *,
-           final: bool = False) -> list[Finding]:
+def triage(
+    evidence: dict[str, Evidence] | Iterable[Hit], kb: KnowledgeBase, *, final: bool = False
+) -> list[Finding]:
     """Findings, root cause first. Accepts accumulated evidence or plain hits.
 
     `final`: the log is complete (a file, a pasted excerpt), so absences are judged.
@@ -195,14 +206,26 @@ def triage(evidence: dict[str, Evidence] | Iterable[Hit], kb: KnowledgeBase, *,
     ordered = sorted(groups.values(), key=key)
     out: list[Finding] = []
     for i, g in enumerate(ordered):
-        out.append(_finding(g, kb, context.get(g.category, []), demoted,
-                            wrapper_only=(i == 0 and g.role == "secondary")))
+        out.append(
+            _finding(
+                g,
+                kb,
+                context.get(g.category, []),
+                demoted,
+                wrapper_only=(i == 0 and g.role == "secondary"),
+            )
+        )
     # after the named causes and the warnings that name one (a stalled load, a handshake
     # that never finished, a GPU shortfall warned of), before wrappers - when no error
     # finding stands; else last
     quiet = not any(f.severity == "error" for f in out)
-    named = next((i for i, g in enumerate(ordered) if key(g)[0] > ROLE_RANK["predictive"]),
-                 len(ordered)) if quiet else len(out)
+    named = (
+        next(
+            (i for i, g in enumerate(ordered) if key(g)[0] > ROLE_RANK["predictive"]), len(ordered)
+        )
+        if quiet
+        else len(out)
+    )
     # a log that shows the server serving is not failed for its warnings' words alone
     failed = fallback or (signals and not healthy)
     if hints and failed and not any(g.role in ("primary", "generic") for g in ordered):
@@ -221,8 +244,13 @@ def _hinted(hints: list[Evidence], kb: KnowledgeBase, taken: set[str | None]) ->
     for ev in hints:
         votes.setdefault(ev.first.pattern.category, []).append(ev)
     # one keyword repeated in every traceback frame must not outvote several different ones
-    best = min(votes.items(), key=lambda kv: (-sum(min(e.count, HINT_CAP) for e in kv[1]),
-                                              min(e.first.line for e in kv[1])))
+    best = min(
+        votes.items(),
+        key=lambda kv: (
+            -sum(min(e.count, HINT_CAP) for e in kv[1]),
+            min(e.first.line for e in kv[1]),
+        ),
+    )
     name, evs = best
     if name in taken:
         return None
@@ -230,13 +258,23 @@ def _hinted(hints: list[Evidence], kb: KnowledgeBase, taken: set[str | None]) ->
     n = sum(e.count for e in evs)
     category = kb.categories[name]
     return Finding(
-        id=first.pattern.id, severity=first.pattern.severity,
+        id=first.pattern.id,
+        severity=first.pattern.severity,
         node=None,
-        message=(f"Probably: {category.title[:1].lower()}{category.title[1:]} "
-                 f"({n} line(s) of this failed log point there; no known signature matched)"),
-        fix=format_fix(list(category.fix)), source="log", category=name,
-        title=category.title, explanation=category.explanation,
-        links=category.links, line=first.line, text=first.text, captures=dict(first.captures))
+        message=(
+            f"Probably: {category.title[:1].lower()}{category.title[1:]} "
+            f"({n} line(s) of this failed log point there; no known signature matched)"
+        ),
+        fix=format_fix(list(category.fix)),
+        source="log",
+        category=name,
+        title=category.title,
+        explanation=category.explanation,
+        links=category.links,
+        line=first.line,
+        text=first.text,
+        captures=dict(first.captures),
+    )
 
 
 def _unrecognised(fallback: list[Evidence], kb: KnowledgeBase) -> Finding:
@@ -263,8 +301,9 @@ def _unrecognised(fallback: list[Evidence], kb: KnowledgeBase) -> Finding:
     )
 
 
-def _finding(g: _Group, kb: KnowledgeBase, context: list[Evidence], demoted: set[str],
-             wrapper_only: bool) -> Finding:
+def _finding(
+    g: _Group, kb: KnowledgeBase, context: list[Evidence], demoted: set[str], wrapper_only: bool
+) -> Finding:
     hit = g.best.first
     p: Pattern = hit.pattern
     captures: dict[str, str] = dict(hit.captures)
@@ -280,15 +319,14 @@ def _finding(g: _Group, kb: KnowledgeBase, context: list[Evidence], demoted: set
     if total > 1:
         message += f" (seen {total}x)"
     fix_steps = list(p.fix)
-    if p.category != g.category:   # rerouted: the destination category's advice comes first
+    if p.category != g.category:  # rerouted: the destination category's advice comes first
         fix_steps = list(category.fix) + [s for s in fix_steps if s not in category.fix]
     explanation = p.explanation if p.category == g.category else category.explanation
     if wrapper_only:
         message = NO_ROOT_CAUSE + message
         fix_steps = [NO_ROOT_CAUSE_FIX, *fix_steps]
     elif g.category in demoted and g.role in ("primary", "generic", "predictive"):
-        explanation = ("Probably a consequence of an earlier, more specific finding. "
-                       + explanation)
+        explanation = "Probably a consequence of an earlier, more specific finding. " + explanation
     title = p.title if p.category == g.category else category.title
     return Finding(
         id=p.id,
@@ -312,6 +350,7 @@ def format_fix(steps: list[str]) -> str:
 
 
 # --- one-shot helpers ----------------------------------------------------------------------
+
 
 def diagnose_bytes(data: bytes, matcher: Matcher) -> list[Finding]:
     """Findings of a complete log."""

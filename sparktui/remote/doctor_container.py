@@ -14,8 +14,10 @@ import sys
 
 def _limit(which):
     soft, hard = resource.getrlimit(which)
-    return [-1 if soft == resource.RLIM_INFINITY else soft,
-            -1 if hard == resource.RLIM_INFINITY else hard]
+    return [
+        -1 if soft == resource.RLIM_INFINITY else soft,
+        -1 if hard == resource.RLIM_INFINITY else hard,
+    ]
 
 
 def _version(*names):
@@ -35,8 +37,12 @@ def _nccl():
     v = _version("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11", "nvidia-nccl")
     if v:
         return v
-    pats = ["/usr/lib/*-linux-gnu/libnccl.so.2.*", "/usr/lib64/libnccl.so.2.*",
-            "/usr/local/lib/libnccl.so.2.*", "/usr/local/cuda*/lib*/libnccl.so.2.*"]
+    pats = [
+        "/usr/lib/*-linux-gnu/libnccl.so.2.*",
+        "/usr/lib64/libnccl.so.2.*",
+        "/usr/local/lib/libnccl.so.2.*",
+        "/usr/local/cuda*/lib*/libnccl.so.2.*",
+    ]
     for pat in pats:
         for path in sorted(glob.glob(pat)):
             m = re.search(r"libnccl\.so\.(2\.\d+\.\d+)$", path)
@@ -55,8 +61,9 @@ def _shm():
 
 def _gpus():
     try:
-        p = subprocess.run(["nvidia-smi", "-L"], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, timeout=5)
+        p = subprocess.run(
+            ["nvidia-smi", "-L"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=5
+        )
     except FileNotFoundError:
         return {"error": "nvidia-smi is not in the container"}
     except Exception as e:
@@ -70,7 +77,8 @@ def _gpus():
 def _non_carry_over():
     root = os.environ.get("VLLM_CONFIG_ROOT") or os.path.join(
         os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"),
-        "vllm")
+        "vllm",
+    )
     path = os.path.join(os.path.expanduser(root), "ray_non_carry_over_env_vars.json")
     out = {"path": path, "vars": None, "error": None}
     try:
@@ -88,8 +96,15 @@ def _model(path):
     if not path:
         return None
     path = os.path.expanduser(path)
-    out = {"path": path, "exists": os.path.exists(path), "index": None, "files": {},
-           "missing": [], "unreadable": [], "incomplete": []}
+    out = {
+        "path": path,
+        "exists": os.path.exists(path),
+        "index": None,
+        "files": {},
+        "missing": [],
+        "unreadable": [],
+        "incomplete": [],
+    }
     if not out["exists"]:
         return out
     names = set()
@@ -151,7 +166,8 @@ def main():
         "memlock": _limit(resource.RLIMIT_MEMLOCK),
         "shm_bytes": _shm(),
         "dev_infiniband": sorted(os.listdir("/dev/infiniband"))
-        if os.path.isdir("/dev/infiniband") else None,
+        if os.path.isdir("/dev/infiniband")
+        else None,
         "gpus": _gpus(),
         "non_carry_over": _non_carry_over(),
         "model": _model(model),

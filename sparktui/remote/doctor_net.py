@@ -41,8 +41,7 @@ def ping(ip, size, df, timeout=1.0):
     except OSError as e:
         return f"no ICMP socket: {e}"
     try:
-        s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER,
-                     IP_PMTUDISC_DO if df else IP_PMTUDISC_DONT)
+        s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO if df else IP_PMTUDISC_DONT)
         ident = os.getpid() & 0xFFFF
         seq = (int(time.time() * 1000) + size) & 0xFFFF
         payload = b"\xa5" * max(0, size)
@@ -68,7 +67,7 @@ def ping(ip, size, df, timeout=1.0):
             if addr[0] != ip:
                 continue
             if raw:
-                data = data[(data[0] & 0x0F) * 4:]
+                data = data[(data[0] & 0x0F) * 4 :]
             if len(data) >= 8 and data[0] == 0 and struct.unpack("!H", data[6:8])[0] == seq:
                 return True
     finally:
@@ -82,8 +81,7 @@ def ping_binary(ip, size, df, why):
     if df:
         argv += ["-M", "do"]
     try:
-        p = subprocess.run(argv + [ip], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           timeout=3)
+        p = subprocess.run(argv + [ip], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=3)
     except FileNotFoundError:
         return "unavailable: " + why
     except Exception as e:
@@ -103,8 +101,12 @@ def echo(ip, size, df):
 
 def route(ip):
     try:
-        p = subprocess.run(["ip", "-o", "route", "get", ip], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, timeout=3)
+        p = subprocess.run(
+            ["ip", "-o", "route", "get", ip],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=3,
+        )
     except Exception as e:
         return {"error": str(e)}
     text = p.stdout.decode("utf-8", "replace").strip()

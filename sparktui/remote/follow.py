@@ -13,13 +13,22 @@ IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x2, 0x4, 0x8
 IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
 IN_DELETE_SELF, IN_MOVE_SELF, IN_Q_OVERFLOW, IN_IGNORED = 0x400, 0x800, 0x4000, 0x8000
 FILE_MASK = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF
-DIR_MASK = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE
-            | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF)
+DIR_MASK = (
+    IN_MODIFY
+    | IN_ATTRIB
+    | IN_CLOSE_WRITE
+    | IN_MOVED_FROM
+    | IN_MOVED_TO
+    | IN_CREATE
+    | IN_DELETE
+    | IN_DELETE_SELF
+    | IN_MOVE_SELF
+)
 
 
 def put(b):
     while b:
-        b = b[os.write(1, b):]
+        b = b[os.write(1, b) :]
 
 
 class Watch:
@@ -31,6 +40,7 @@ class Watch:
         self.ifd = self.dwd = self.fwd = -1
         try:
             import ctypes
+
             self.libc = ctypes.CDLL(None, use_errno=True)
             self.ifd = self.libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         except Exception:
@@ -80,7 +90,7 @@ class Watch:
             i = 0
             while i + 16 <= len(buf):
                 wd, mask, _cookie, n = struct.unpack_from("iIII", buf, i)
-                name = buf[i + 16:i + 16 + n].rstrip(b"\0")
+                name = buf[i + 16 : i + 16 + n].rstrip(b"\0")
                 i += 16 + n
                 if mask & IN_Q_OVERFLOW or wd == self.fwd:
                     hit = True

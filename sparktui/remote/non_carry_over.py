@@ -11,7 +11,8 @@ import sys
 def main():
     root = os.environ.get("VLLM_CONFIG_ROOT") or os.path.join(
         os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"),
-        "vllm")
+        "vllm",
+    )
     root = os.path.expanduser(root)
     path = os.path.join(root, "ray_non_carry_over_env_vars.json")
     names = set(sys.argv[1:])

@@ -33,43 +33,94 @@ KEYMAP_IDS = {"doctor": "preflight"}
 
 
 def _from_core(spec: ActionSpec) -> UiAction:
-    return UiAction(KEYMAP_IDS.get(spec.id, spec.id), spec.key, spec.title, spec.description,
-                    f"screen.core_action('{spec.id}')", spec.mutating, core=spec.id)
+    return UiAction(
+        KEYMAP_IDS.get(spec.id, spec.id),
+        spec.key,
+        spec.title,
+        spec.description,
+        f"screen.core_action('{spec.id}')",
+        spec.mutating,
+        core=spec.id,
+    )
 
 
 UI_ONLY: tuple[UiAction, ...] = (
     UiAction("filter", "slash", "Filter", "Filter the log pane (Esc clears)", "screen.filter_log"),
-    UiAction("findings", "f", "Findings only",
-             "Show only log lines that matched a finding (toggle)",
-             "screen.toggle_findings_only"),
-    UiAction("log", "l", "Follow",
-             "Follow the log, or pause it where it is (toggle)", "screen.toggle_follow"),
-    UiAction("copy", "c", "Copy",
-             "Copy the selected finding, or the log lines in view, to the clipboard (OSC 52)",
-             "screen.copy"),
-    UiAction("save", "w", "Save log", "Save the log lines in view to a file",
-             "screen.save_log", show=False),
-    UiAction("log_node", "n", "Node log",
-             "Show one node's log lines (the head's vLLM log and Ray logs, then each node's "
-             "docker and Ray worker logs), then every node again (cycles)",
-             "screen.log_node", show=False),
-    UiAction("open_log", "o", "Open log",
-             "Open the log of the node the selected finding names, at its line",
-             "screen.open_finding_log", show=False),
-    UiAction("bundle", "b", "Bundle",
-             "Write a bug-report bundle (status, doctor, findings, every node's logs, "
-             "versions, config with secrets masked) to $XDG_STATE_HOME/sparktui/bundles/",
-             "screen.bundle", show=False),
-    UiAction("log_full", "z", "Full log",
-             "Give the log the whole screen, or back to nodes, findings and log (toggle)",
-             "screen.toggle_log_full"),
-    UiAction("sort_nodes", "S", "Sort nodes",
-             "Sort the node table by its next column (errors first by default; a click "
-             "on a column header sorts by it, again reverses)", "screen.sort_nodes",
-             show=False),
+    UiAction(
+        "findings",
+        "f",
+        "Findings only",
+        "Show only log lines that matched a finding (toggle)",
+        "screen.toggle_findings_only",
+    ),
+    UiAction(
+        "log",
+        "l",
+        "Follow",
+        "Follow the log, or pause it where it is (toggle)",
+        "screen.toggle_follow",
+    ),
+    UiAction(
+        "copy",
+        "c",
+        "Copy",
+        "Copy the selected finding, or the log lines in view, to the clipboard (OSC 52)",
+        "screen.copy",
+    ),
+    UiAction(
+        "save",
+        "w",
+        "Save log",
+        "Save the log lines in view to a file",
+        "screen.save_log",
+        show=False,
+    ),
+    UiAction(
+        "log_node",
+        "n",
+        "Node log",
+        "Show one node's log lines (the head's vLLM log and Ray logs, then each node's "
+        "docker and Ray worker logs), then every node again (cycles)",
+        "screen.log_node",
+        show=False,
+    ),
+    UiAction(
+        "open_log",
+        "o",
+        "Open log",
+        "Open the log of the node the selected finding names, at its line",
+        "screen.open_finding_log",
+        show=False,
+    ),
+    UiAction(
+        "bundle",
+        "b",
+        "Bundle",
+        "Write a bug-report bundle (status, doctor, findings, every node's logs, "
+        "versions, config with secrets masked) to $XDG_STATE_HOME/sparktui/bundles/",
+        "screen.bundle",
+        show=False,
+    ),
+    UiAction(
+        "log_full",
+        "z",
+        "Full log",
+        "Give the log the whole screen, or back to nodes, findings and log (toggle)",
+        "screen.toggle_log_full",
+    ),
+    UiAction(
+        "sort_nodes",
+        "S",
+        "Sort nodes",
+        "Sort the node table by its next column (errors first by default; a click "
+        "on a column header sorts by it, again reverses)",
+        "screen.sort_nodes",
+        show=False,
+    ),
     UiAction("help", "question_mark", "Help", "List every key and action", "screen.help"),
-    UiAction("quit", "q", "Quit",
-             "Quit the console (everything on the nodes keeps running)", "app.quit"),
+    UiAction(
+        "quit", "q", "Quit", "Quit the console (everything on the nodes keeps running)", "app.quit"
+    ),
 )
 
 REGISTRY: tuple[UiAction, ...] = (*(_from_core(s) for s in ACTIONS.values()), *UI_ONLY)
@@ -92,11 +143,21 @@ def bindings() -> list[BindingType]:
     enables exactly one of the two, as the backend allows the action or not."""
     out: list[BindingType] = []
     for a in REGISTRY:
-        out.append(Binding(a.key, a.action, a.label, show=a.show, id=a.id,
-                           key_display=KEY_DISPLAY.get(a.key), tooltip=a.description))
+        out.append(
+            Binding(
+                a.key,
+                a.action,
+                a.label,
+                show=a.show,
+                id=a.id,
+                key_display=KEY_DISPLAY.get(a.key),
+                tooltip=a.description,
+            )
+        )
         if a.mutating:
-            out.append(Binding(a.key, f"screen.refused('{a.core}')", "", show=False,
-                               system=True, id=a.id))
+            out.append(
+                Binding(a.key, f"screen.refused('{a.core}')", "", show=False, system=True, id=a.id)
+            )
     return out
 
 

@@ -39,14 +39,22 @@ class SparkApp(App[int]):
     TITLE = "sparktui"
     BINDINGS = [Binding("ctrl+c", "help_quit", show=False, system=True)]
 
-    def __init__(self, backend: Backend, *, theme: str | None = None,
-                 user_themes_dir: Path | None = None, max_log_lines: int = 20000,
-                 poll: bool = True, follow_log: bool = True) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        theme: str | None = None,
+        user_themes_dir: Path | None = None,
+        max_log_lines: int = 20000,
+        poll: bool = True,
+        follow_log: bool = True,
+    ) -> None:
         super().__init__()
         self.backend = backend
         self.cfg = backend.cfg
-        self.main = MainScreen(backend, max_log_lines=max_log_lines, poll=poll,
-                               follow_log=follow_log)
+        self.main = MainScreen(
+            backend, max_log_lines=max_log_lines, poll=poll, follow_log=follow_log
+        )
         self._notes: list[tuple[str, str]] = []  # (message, severity) shown once mounted
         self._wanted_theme = self._load_themes(theme, user_themes_dir)
         self._gc_threshold: tuple[int, int, int] | None = None
@@ -62,8 +70,9 @@ class SparkApp(App[int]):
         wanted = theme or self.cfg.theme or DEFAULT_THEME
         if wanted not in themes.themes and wanted not in self.available_themes:
             if not themes.errors:
-                self._notes.append((f"No theme named '{wanted}'; using {DEFAULT_THEME}.",
-                                    "warning"))
+                self._notes.append(
+                    (f"No theme named '{wanted}'; using {DEFAULT_THEME}.", "warning")
+                )
             else:
                 self._notes[-1] = (self._notes[-1][0] + f"; using {DEFAULT_THEME}.", "warning")
             wanted = DEFAULT_THEME
@@ -86,8 +95,9 @@ class SparkApp(App[int]):
             self.set_keymap(keymap)
         if unknown:
             known = ", ".join(a.id for a in registry.REGISTRY)
-            self._notes.append((f"keymap: unknown action '{unknown[0]}' (known: {known})",
-                                "warning"))
+            self._notes.append(
+                (f"keymap: unknown action '{unknown[0]}' (known: {known})", "warning")
+            )
         for message, severity in self._notes:
             self.notify(message, severity=severity, timeout=10)  # type: ignore[arg-type]
 
@@ -129,8 +139,10 @@ class SparkApp(App[int]):
     def action_help_quit(self) -> None:
         """Ctrl+C: never quits by accident; says how to."""
         key = registry.key_for("quit", self.cfg.keymap)
-        self.notify(f"Ctrl+C does not quit. Press {key} to quit — everything on the nodes "
-                    "keeps running.", title="Quit?")
+        self.notify(
+            f"Ctrl+C does not quit. Press {key} to quit — everything on the nodes keeps running.",
+            title="Quit?",
+        )
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         for cmd in super().get_system_commands(screen):

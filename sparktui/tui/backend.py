@@ -19,8 +19,16 @@ from sparktui.core.model import ClusterSnapshot, Finding
 if TYPE_CHECKING:
     from sparktui.config import Config
 
-__all__ = ["ActionOutcome", "Backend", "Emit", "LogMark", "PlanLine", "PlanView", "Progress",
-           "StepState"]
+__all__ = [
+    "ActionOutcome",
+    "Backend",
+    "Emit",
+    "LogMark",
+    "PlanLine",
+    "PlanView",
+    "Progress",
+    "StepState",
+]
 
 
 @dataclass(frozen=True)

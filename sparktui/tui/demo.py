@@ -41,8 +41,12 @@ from sparktui.tui.live import LiveBackend
 
 DEMO_LOG = "vllm_ray_ip_mismatch.log"
 #: The lab's addresses in the captured log -> the story's (spark-1 interconnect, external).
-IP_MAP = {"198.19.200.101": "192.168.200.12", "198.18.1.101": "10.1.230.180",
-          "198.19.200.102": "192.168.200.13", "198.18.1.102": "10.1.230.181"}
+IP_MAP = {
+    "198.19.200.101": "192.168.200.12",
+    "198.18.1.101": "10.1.230.180",
+    "198.19.200.102": "192.168.200.13",
+    "198.18.1.102": "10.1.230.181",
+}
 
 DEMO_CONFIG = """\
 cluster:
@@ -79,33 +83,61 @@ def _used(base_gib: float, tick: int) -> int:
 
 def seed_nodes(tick: int = 0) -> list[NodeState]:
     """The story's two nodes as the probes would report them."""
-    env_common = {"NCCL_SOCKET_IFNAME": "enp1s0f1np1", "GLOO_SOCKET_IFNAME": "enp1s0f1np1",
-                  "RAY_memory_monitor_refresh_ms": "0", "HF_TOKEN": "hf_demo_not_a_secret"}
+    env_common = {
+        "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
+        "GLOO_SOCKET_IFNAME": "enp1s0f1np1",
+        "RAY_memory_monitor_refresh_ms": "0",
+        "HF_TOKEN": "hf_demo_not_a_secret",
+    }
     out = []
     for name, ext, ic, role, base in (
         ("spark-1", "10.1.230.180", "192.168.200.12", "head", 81.0),
         ("spark-2", "10.1.230.181", "192.168.200.13", "worker", 78.5),
     ):
         used = _used(base, tick)
-        out.append(NodeState(
-            name=name, host=f"{name}.lan", role=role, configured_ip=ic, reachable=True,
-            interfaces=[Interface("lo", "UNKNOWN", ["127.0.0.1"]),
-                        Interface("enP7s7", "UP", [ext]),
-                        Interface("enp1s0f1np1", "UP", [ic])],
-            containers=[Container("vllm_node", "nvcr.io/nvidia/vllm:26.05-py3", "running",
-                                  "Up 12 minutes" if role == "head" else "Up 11 minutes")],
-            gpus=[Gpu(0, "NVIDIA GB10", used, TOTAL_MIB, unified=True,
-                      utilization_pct=0 if role == "head" else 2)],
-            env={**env_common, "VLLM_HOST_IP": ic},
-            mem_total_mib=TOTAL_MIB, mem_available_mib=TOTAL_MIB - used,
-            probe_seconds=0.04,
-        ))
+        out.append(
+            NodeState(
+                name=name,
+                host=f"{name}.lan",
+                role=role,
+                configured_ip=ic,
+                reachable=True,
+                interfaces=[
+                    Interface("lo", "UNKNOWN", ["127.0.0.1"]),
+                    Interface("enP7s7", "UP", [ext]),
+                    Interface("enp1s0f1np1", "UP", [ic]),
+                ],
+                containers=[
+                    Container(
+                        "vllm_node",
+                        "nvcr.io/nvidia/vllm:26.05-py3",
+                        "running",
+                        "Up 12 minutes" if role == "head" else "Up 11 minutes",
+                    )
+                ],
+                gpus=[
+                    Gpu(
+                        0,
+                        "NVIDIA GB10",
+                        used,
+                        TOTAL_MIB,
+                        unified=True,
+                        utilization_pct=0 if role == "head" else 2,
+                    )
+                ],
+                env={**env_common, "VLLM_HOST_IP": ic},
+                mem_total_mib=TOTAL_MIB,
+                mem_available_mib=TOTAL_MIB - used,
+                probe_seconds=0.04,
+            )
+        )
     return out
 
 
 SEED_RAY = [
-    RayNode("a3f9c1d2e4b5", "10.1.230.180", True, is_head=True, hostname="spark-1",
-            gpus=1.0, cpus=20.0),
+    RayNode(
+        "a3f9c1d2e4b5", "10.1.230.180", True, is_head=True, hostname="spark-1", gpus=1.0, cpus=20.0
+    ),
     RayNode("7c1e0b9f2d34", "192.168.200.13", True, hostname="spark-2", gpus=1.0, cpus=20.0),
 ]
 
@@ -116,8 +148,9 @@ class DemoMonitor(Monitor):
     """The real Monitor (snapshot, Ray join, live checks) over the story's probe answers."""
 
     def __init__(self, cfg: config_mod.Config) -> None:
-        transports: dict[str, Transport] = {n.name: LocalTransport(n.name, read_only=True)
-                                            for n in cfg.nodes}
+        transports: dict[str, Transport] = {
+            n.name: LocalTransport(n.name, read_only=True) for n in cfg.nodes
+        }
         super().__init__(cfg, transports, read_only=True)
 
     async def _probe(self, name: str, with_ray: bool) -> NodeState:
@@ -134,8 +167,7 @@ class DemoMonitor(Monitor):
 
 def demo_log_lines() -> list[str]:
     """The captured log of the failure, with the lab's IPs mapped to the story's."""
-    text = (resources.files("sparktui.tui") / "demo_data" / DEMO_LOG).read_text(
-        encoding="utf-8")
+    text = (resources.files("sparktui.tui") / "demo_data" / DEMO_LOG).read_text(encoding="utf-8")
     for lab, story in IP_MAP.items():
         text = text.replace(lab, story)
     return text.splitlines()
@@ -174,8 +206,12 @@ class DemoBackend(LiveBackend):
         if self._writer is None:
             self._writer = asyncio.ensure_future(self._write_story())
         follower = self._follower = FileFollower(
-            LocalTransport("spark-1"), str(self.log_path), node="spark-1", from_start=True,
-            poll_interval=0.2)
+            LocalTransport("spark-1"),
+            str(self.log_path),
+            node="spark-1",
+            from_start=True,
+            poll_interval=0.2,
+        )
         async for batch in follower.batches():
             yield batch.node, list(batch.lines), list(batch.events)
 

@@ -27,8 +27,7 @@ class Layout:
     log_full: bool = False
 
 
-def plan(width: int, height: int, nodes: int, *, fixed: int = 3,
-         log_full: bool = False) -> Layout:
+def plan(width: int, height: int, nodes: int, *, fixed: int = 3, log_full: bool = False) -> Layout:
     """The layout for a `width` x `height` screen with `nodes` nodes; `fixed` rows are
     taken by header, vLLM strip and footer."""
     nodes = max(1, nodes)

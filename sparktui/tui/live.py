@@ -40,15 +40,23 @@ def plan_view(plan: Plan) -> PlanView:
         if step.kind == "wait":
             what += f" (every {step.interval:g}s, up to {step.timeout:g}s"
             what += f", until {step.until})" if step.until else ")"
-        lines.append(PlanLine(stage.name, step.node, what,
-                              tuple(shell_masked(c) for c in step.commands)))
-    return PlanView(plan.action, plan.title or plan.action, plan.mutating, lines,
-                    list(plan.warnings), plan.preflight)
+        lines.append(
+            PlanLine(stage.name, step.node, what, tuple(shell_masked(c) for c in step.commands))
+        )
+    return PlanView(
+        plan.action,
+        plan.title or plan.action,
+        plan.mutating,
+        lines,
+        list(plan.warnings),
+        plan.preflight,
+    )
 
 
 class LiveBackend(Backend):
-    def __init__(self, cfg: Config, *, read_only: bool = False,
-                 monitor: Monitor | None = None) -> None:
+    def __init__(
+        self, cfg: Config, *, read_only: bool = False, monitor: Monitor | None = None
+    ) -> None:
         super().__init__(cfg, read_only=read_only)
         from sparktui.core.monitor import Monitor
         from sparktui.knowledge import Diagnosis, Matcher, load_for_config
@@ -68,8 +76,10 @@ class LiveBackend(Backend):
         # once the monitor has really probed another node, its logs are followed too
         states = getattr(self.monitor, "states", {})
         if self.all_node_logs and any(
-                s.reachable and s.probe_seconds is not None
-                for name, s in states.items() if name != self.cfg.head.name):
+            s.reachable and s.probe_seconds is not None
+            for name, s in states.items()
+            if name != self.cfg.head.name
+        ):
             self._all_logs.set()
         return snap
 
@@ -94,8 +104,9 @@ class LiveBackend(Backend):
     @property
     def native_logs(self) -> bool:
         """The native backend (configured): every rank's log, on its own node, is followed."""
-        return self.cfg.backend_configured and self.cfg.backend == "native" \
-            and len(self.cfg.nodes) > 1
+        return (
+            self.cfg.backend_configured and self.cfg.backend == "native" and len(self.cfg.nodes) > 1
+        )
 
     @property
     def all_node_logs(self) -> bool:
@@ -120,12 +131,14 @@ class LiveBackend(Backend):
                 yield batch.node, list(batch.lines), list(batch.events)
             return
         follower = self._follower = vllm_log_follower(
-            self.cfg, self.monitor.transports[self.cfg.head.name])
+            self.cfg, self.monitor.transports[self.cfg.head.name]
+        )
         if self.all_node_logs:
             from sparktui.core.node_logs import follow_cluster_logs
 
-            async for batch in follow_cluster_logs(self.cfg, self.monitor.transports,
-                                                   head=follower, others=self._all_logs):
+            async for batch in follow_cluster_logs(
+                self.cfg, self.monitor.transports, head=follower, others=self._all_logs
+            ):
                 yield batch.node, list(batch.lines), list(batch.events)
             return
         async for batch in follower.batches():
@@ -139,8 +152,11 @@ class LiveBackend(Backend):
             for h in hits:
                 self._hit_nodes[h.line] = node
         self._diagnosis.add(hits)
-        return [LogMark(h.line, h.pattern.severity, h.pattern.id) for h in hits
-                if h.pattern.role not in ("benign", "context")]
+        return [
+            LogMark(h.line, h.pattern.severity, h.pattern.id)
+            for h in hits
+            if h.pattern.role not in ("benign", "context")
+        ]
 
     def log_findings(self, snapshot: ClusterSnapshot | None) -> list[Finding]:
         from dataclasses import replace
@@ -170,12 +186,16 @@ class LiveBackend(Backend):
         from sparktui.core.actions import run_action
 
         def on_event(ev: ActionEvent) -> None:
-            emit(Progress(ev.action, ev.step, ev.node, ev.description, ev.state,
-                          ev.message or ev.output))
+            emit(
+                Progress(
+                    ev.action, ev.step, ev.node, ev.description, ev.state, ev.message or ev.output
+                )
+            )
 
         result = await run_action(action, self.cfg, self.monitor.transports, on_event)
-        return ActionOutcome(result.ok, result.message or result.state, list(result.findings),
-                             matrix=result.matrix)
+        return ActionOutcome(
+            result.ok, result.message or result.state, list(result.findings), matrix=result.matrix
+        )
 
     async def close(self) -> None:
         if self._follower is not None:

@@ -39,6 +39,7 @@ SLOTS: dict[str, str] = {
     "muted": "labels and secondary text",
 }
 
+
 def _colour(value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise rule("colour", 'must be a colour string such as "#1e88e5"')
@@ -150,8 +151,9 @@ def slot_defaults(theme: Theme | None) -> dict[str, str]:
     success = (t.success if t else None) or "green"
     primary = (t.primary if t else None) or "blue"
     accent = (t.accent if t else None) or primary
-    ansi = {"ansi-background": "ansi_black", "ansi-foreground": "ansi_white"} if (
-        t and t.ansi) else {}
+    ansi = (
+        {"ansi-background": "ansi_black", "ansi-foreground": "ansi_white"} if (t and t.ansi) else {}
+    )
     return {
         **ansi,
         "node-ok": success,

@@ -43,7 +43,7 @@ STALL = 4.0  # vllm.stall_seconds of the SIGSTOP test's config
 LOAD_STALL = 60.0  # the default, while serve starts (a loaded 2-core box can pause 4 s)
 SECRET = "hf_labsecret_do_not_leak_42"
 
-SHARD_SCRIPT = r'''
+SHARD_SCRIPT = r"""
 import json, os, shutil, sys
 from safetensors.torch import load_file, save_file
 src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -63,13 +63,19 @@ for i, part in enumerate(parts, 1):
 with open(os.path.join(dst, "model.safetensors.index.json"), "w") as f:
     json.dump({"metadata": {}, "weight_map": weight_map}, f)
 print(len(parts))
-'''
+"""
 
 
-def sparktui(*args: str, timeout: float = 600, env: dict | None = None
-             ) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sparktui", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env)
+def sparktui(
+    *args: str, timeout: float = 600, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "sparktui", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -86,12 +92,24 @@ def cfg_path(vllm_lab, tmp_path_factory) -> Path:
     lab = vllm_lab
     art = vllmmod.artifacts_of(lab)
     sharded = lab.path / "model-8-shards"
-    out = subprocess.run([str(art.venv / "bin/python"), "-c", SHARD_SCRIPT, str(art.model),
-                          str(sharded), str(SHARDS)], capture_output=True, text=True,
-                         timeout=300, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    out = subprocess.run(
+        [
+            str(art.venv / "bin/python"),
+            "-c",
+            SHARD_SCRIPT,
+            str(art.model),
+            str(sharded),
+            str(SHARDS),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+    )
     assert out.returncode == 0, out.stderr[-2000:]
-    d = vllmmod.config_dict(lab, art, env={vllmmod.LOAD_DELAY_ENV: str(LOAD_DELAY),
-                                           "HF_TOKEN": SECRET})
+    d = vllmmod.config_dict(
+        lab, art, env={vllmmod.LOAD_DELAY_ENV: str(LOAD_DELAY), "HF_TOKEN": SECRET}
+    )
     d["container"]["run_args"] += ["-v", f"{sharded}:{sharded}:ro"]
     d["vllm"]["model"] = str(sharded)
     d["vllm"]["stall_seconds"] = LOAD_STALL
@@ -102,8 +120,7 @@ def cfg_path(vllm_lab, tmp_path_factory) -> Path:
     return path
 
 
-async def _watch(cfg_path: Path, stop: threading.Event, seen: list, interval: float = 1.0
-                 ) -> None:
+async def _watch(cfg_path: Path, stop: threading.Event, seen: list, interval: float = 1.0) -> None:
     """The monitor as the console runs it; every snapshot's vLLM phase and findings kept."""
     cfg = load_config(str(cfg_path))
     mon = Monitor(cfg, read_only=True)
@@ -112,8 +129,16 @@ async def _watch(cfg_path: Path, stop: threading.Event, seen: list, interval: fl
             t0 = time.monotonic()
             snap = await mon.refresh(wait=interval)
             v = snap.vllm
-            seen.append((time.monotonic(), v.phase, v.phase_progress, v.healthy,
-                         [f.id for f in snap.findings], v))
+            seen.append(
+                (
+                    time.monotonic(),
+                    v.phase,
+                    v.phase_progress,
+                    v.healthy,
+                    [f.id for f in snap.findings],
+                    v,
+                )
+            )
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - t0)))
     finally:
         await mon.close()
@@ -144,7 +169,8 @@ def served(vllm_lab, cfg_path, state_home, tmp_path_factory):
     keep.mkdir(parents=True, exist_ok=True)
     (keep / "lifecycle_serve.stderr").write_text(r.stderr)
     (keep / "lifecycle_serve.vllm.log").write_bytes(
-        vllmmod.host_log_path(vllm_lab, vllm_lab.head).read_bytes())
+        vllmmod.host_log_path(vllm_lab, vllm_lab.head).read_bytes()
+    )
     print(f"serve output and vLLM log kept in {keep}")
     assert r.returncode == 0, r.stderr[-4000:]
     return {"stderr": r.stderr, "seen": seen, "serve_s": took}
@@ -177,8 +203,9 @@ def test_monitor_saw_the_phases_and_the_bar(served):
     started = [v.phase_started_at for _t, p, _f, _h, _i, v in seen if p == "loading-weights"]
     assert started and all(s is not None and abs(s - time.time()) < 600 for s in started)
     # healthy loading is never a stall
-    assert not any("vllm-load-stalled" in ids or "vllm-stalled" in ids
-                   for _t, _p, _f, _h, ids, _v in seen)
+    assert not any(
+        "vllm-load-stalled" in ids or "vllm-stalled" in ids for _t, _p, _f, _h, ids, _v in seen
+    )
 
 
 def _stream(lab, prompt: str, max_tokens: int) -> tuple[float, list[float], float]:
@@ -186,10 +213,21 @@ def _stream(lab, prompt: str, max_tokens: int) -> tuple[float, list[float], floa
     inter-token gaps, TTFT from the response's headers). vLLM sends the headers once it has
     taken the request and before it hands it to the engine, whose arrival time starts its
     own TTFT: the second figure leaves out the HTTP front end, the first includes it."""
-    body = json.dumps({"model": vllmmod.SERVED_NAME, "prompt": prompt, "max_tokens": max_tokens,
-                       "ignore_eos": True, "temperature": 0, "stream": True}).encode()
-    req = urllib.request.Request(f"http://{lab.head.ext_ip}:{vllmmod.PORT}/v1/completions",
-                                 data=body, headers={"content-type": "application/json"})
+    body = json.dumps(
+        {
+            "model": vllmmod.SERVED_NAME,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "temperature": 0,
+            "stream": True,
+        }
+    ).encode()
+    req = urllib.request.Request(
+        f"http://{lab.head.ext_ip}:{vllmmod.PORT}/v1/completions",
+        data=body,
+        headers={"content-type": "application/json"},
+    )
     t0 = time.monotonic()
     stamps = []
     with urllib.request.urlopen(req, timeout=120) as r:
@@ -198,8 +236,11 @@ def _stream(lab, prompt: str, max_tokens: int) -> tuple[float, list[float], floa
             line = raw.decode().strip()
             if line.startswith("data: ") and line != "data: [DONE]":
                 stamps.append(time.monotonic())
-    return (stamps[0] - t0, [b - a for a, b in zip(stamps, stamps[1:], strict=False)],
-            stamps[0] - t_headers)
+    return (
+        stamps[0] - t0,
+        [b - a for a, b in zip(stamps, stamps[1:], strict=False)],
+        stamps[0] - t_headers,
+    )
 
 
 def test_latency_on_the_strip_matches_the_client(vllm_lab, served, cfg_path):
@@ -210,14 +251,16 @@ def test_latency_on_the_strip_matches_the_client(vllm_lab, served, cfg_path):
             time.sleep(0.2)
         ttfts, gaps, served_ttfts = [], [], []
         for i in range(12):
-            ttft, g, after_headers = _stream(vllm_lab, f"The quick brown fox number {i} jumps "
-                                             f"over", 24)
+            ttft, g, after_headers = _stream(
+                vllm_lab, f"The quick brown fox number {i} jumps over", 24
+            )
             ttfts.append(ttft)
             served_ttfts.append(after_headers)
             gaps += g
         done = time.monotonic()
         while time.monotonic() < done + 30 and not any(
-                ts > done + 0.5 and v.ttft_mean_s is not None for ts, *_x, v in list(seen)):
+            ts > done + 0.5 and v.ttft_mean_s is not None for ts, *_x, v in list(seen)
+        ):
             time.sleep(0.2)  # a sample taken after the last request
     finally:
         stop.set()
@@ -225,12 +268,14 @@ def test_latency_on_the_strip_matches_the_client(vllm_lab, served, cfg_path):
     v = seen[-1][5]
     assert v.ttft_mean_s is not None and v.itl_mean_s is not None, v
     client_ttft, client_itl = statistics.mean(served_ttfts), statistics.mean(gaps)
-    print(f"TTFT client mean {client_ttft * 1e3:.1f} ms after the headers "
-          f"({statistics.mean(ttfts) * 1e3:.1f} ms after sending), vLLM mean "
-          f"{v.ttft_mean_s * 1e3:.1f} ms "
-          f"p50 {v.ttft_p50_s * 1e3:.1f} p95 {v.ttft_p95_s * 1e3:.1f}; ITL client mean "
-          f"{client_itl * 1e3:.2f} ms, vLLM mean {v.itl_mean_s * 1e3:.2f} ms p50 "
-          f"{v.itl_p50_s * 1e3:.2f} p95 {v.itl_p95_s * 1e3:.2f}")
+    print(
+        f"TTFT client mean {client_ttft * 1e3:.1f} ms after the headers "
+        f"({statistics.mean(ttfts) * 1e3:.1f} ms after sending), vLLM mean "
+        f"{v.ttft_mean_s * 1e3:.1f} ms "
+        f"p50 {v.ttft_p50_s * 1e3:.1f} p95 {v.ttft_p95_s * 1e3:.1f}; ITL client mean "
+        f"{client_itl * 1e3:.2f} ms, vLLM mean {v.itl_mean_s * 1e3:.2f} ms p50 "
+        f"{v.itl_p50_s * 1e3:.2f} p95 {v.itl_p95_s * 1e3:.2f}"
+    )
     assert abs(v.ttft_mean_s - client_ttft) <= 0.2 * client_ttft
     assert v.ttft_mean_s <= statistics.mean(ttfts)  # never more than the client waited
     assert abs(v.itl_mean_s - client_itl) <= 0.2 * client_itl
@@ -270,21 +315,30 @@ def test_sigstop_of_the_worker_is_a_stall_and_sigcont_clears_it(vllm_lab, served
         found_at = None
         while time.monotonic() < deadline and found_at is None:
             time.sleep(0.2)
-            found_at = next((ts for ts, *_x, ids, _v in list(seen)
-                             if ts > t_stop and "vllm-stalled" in ids), None)
+            found_at = next(
+                (ts for ts, *_x, ids, _v in list(seen) if ts > t_stop and "vllm-stalled" in ids),
+                None,
+            )
         lab.docker(lab.workers[0], "exec", lab.container, "kill", "-CONT", pid)
         t_cont = time.monotonic()
-        assert found_at is not None, [(round(ts - t_stop, 1), ids, v.running,
-                                       v.generation_tokens_total)
-                                      for ts, *_x, ids, v in seen[-20:]]
+        assert found_at is not None, [
+            (round(ts - t_stop, 1), ids, v.running, v.generation_tokens_total)
+            for ts, *_x, ids, v in seen[-20:]
+        ]
         after = found_at - t_stop
         print(f"vllm-stalled {after:.1f}s after SIGSTOP (stall_seconds {STALL})")
         assert after <= STALL + 2 * 1.0 + 1.5  # stall_seconds + one refresh (+ the probe)
         gone = None
         while time.monotonic() < t_cont + 20 and gone is None:
             time.sleep(0.2)
-            gone = next((ts for ts, *_x, ids, _v in list(seen)
-                         if ts > t_cont + 1 and "vllm-stalled" not in ids), None)
+            gone = next(
+                (
+                    ts
+                    for ts, *_x, ids, _v in list(seen)
+                    if ts > t_cont + 1 and "vllm-stalled" not in ids
+                ),
+                None,
+            )
         assert gone is not None
     finally:
         lab.docker(lab.workers[0], "exec", lab.container, "kill", "-CONT", pid, check=False)
@@ -300,11 +354,22 @@ def test_bundle_of_the_serving_cluster(vllm_lab, served, cfg_path, tmp_path):
     r = sparktui("bundle", "-c", str(cfg_path), "-o", str(out), "--lines", "300", timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     with tarfile.open(out) as tar:
-        members = {m.name.split("/", 1)[1]: tar.extractfile(m).read().decode(errors="replace")
-                   for m in tar.getmembers() if m.isfile()}
-    for name in ("status.json", "doctor.json", "findings.json", "versions.json", "config.json",
-                 "logs/spark-1/vllm.log", "logs/spark-1/docker-logs.txt",
-                 "logs/spark-2/docker-logs.txt", "logs/spark-2/node.txt"):
+        members = {
+            m.name.split("/", 1)[1]: tar.extractfile(m).read().decode(errors="replace")
+            for m in tar.getmembers()
+            if m.isfile()
+        }
+    for name in (
+        "status.json",
+        "doctor.json",
+        "findings.json",
+        "versions.json",
+        "config.json",
+        "logs/spark-1/vllm.log",
+        "logs/spark-1/docker-logs.txt",
+        "logs/spark-2/docker-logs.txt",
+        "logs/spark-2/node.txt",
+    ):
         assert name in members, sorted(members)
     assert any(n.startswith("logs/spark-2/ray/worker-") for n in members), sorted(members)
     assert json.loads(members["status.json"])["vllm"]["phase"] == "ready"
@@ -363,5 +428,7 @@ def test_worker_killed_its_own_log_line_is_a_finding_on_the_worker(vllm_lab, ser
     found, nodes, after = asyncio.run(_collect_worker_findings(cfg_path, lab, pid))
     assert {"spark-1", "spark-2"} <= nodes  # both nodes' logs reached the console
     assert found, "no finding names the worker after its vLLM process was killed"
-    print(f"{len(found)} finding(s) on {lab.workers[0].name} {after:.1f}s after SIGKILL: "
-          + "; ".join(f"{f.id}: {(f.text or f.message)[:100]}" for f in found))
+    print(
+        f"{len(found)} finding(s) on {lab.workers[0].name} {after:.1f}s after SIGKILL: "
+        + "; ".join(f"{f.id}: {(f.text or f.message)[:100]}" for f in found)
+    )

@@ -33,13 +33,16 @@ class Tmux:
         exports = " ".join(f"{k}={_q(v)}" for k, v in env.items())
         # The command's exit status is printed so the test can see the console ended.
         # COLUMNS/LINES (pytest's environment has 80x24) would override the pane's size.
-        line = (f"env -u COLUMNS -u LINES {exports} {' '.join(_q(a) for a in command)}; "
-                "echo SPARKTUI-EXITED $?; sleep 600")
+        line = (
+            f"env -u COLUMNS -u LINES {exports} {' '.join(_q(a) for a in command)}; "
+            "echo SPARKTUI-EXITED $?; sleep 600"
+        )
         self._tmux("new-session", "-d", "-s", name, "-x", str(WIDTH), "-y", str(HEIGHT), line)
 
     def _tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.sock, *args], check=True,
-                              capture_output=True, text=True, timeout=20).stdout
+        return subprocess.run(
+            ["tmux", "-L", self.sock, *args], check=True, capture_output=True, text=True, timeout=20
+        ).stdout
 
     def screen(self) -> str:
         return self._tmux("capture-pane", "-p", "-t", self.name)
@@ -61,8 +64,7 @@ class Tmux:
         raise AssertionError(f"timed out waiting for {what or predicate}; screen:\n{text}")
 
     def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.sock, "kill-server"], capture_output=True,
-                       timeout=20)
+        subprocess.run(["tmux", "-L", self.sock, "kill-server"], capture_output=True, timeout=20)
 
 
 def _q(s: str) -> str:
@@ -76,7 +78,7 @@ def halves(screen: str) -> tuple[str, str]:
     left, right = [], []
     for line in screen.splitlines():
         left.append(line[: WIDTH // 2])
-        right.append(line[WIDTH // 2:])
+        right.append(line[WIDTH // 2 :])
     return "\n".join(left), "\n".join(right)
 
 
@@ -90,15 +92,22 @@ def node_pane_rows(screen: str) -> str:
 
 def pg_line(ip: str) -> str:
     """The real autoscaler line of the fixture, naming `ip` as vLLM's node."""
-    line = next(ln for ln in FIXTURE.read_text().splitlines()
-                if "No available node types can fulfill resource request" in ln)
+    line = next(
+        ln
+        for ln in FIXTURE.read_text().splitlines()
+        if "No available node types can fulfill resource request" in ln
+    )
     return line.replace("198.19.200.101", ip)
 
 
 @pytest.fixture
 def console_env(tmp_path) -> dict[str, str]:
-    return {"XDG_STATE_HOME": str(tmp_path / "state"), "XDG_DATA_HOME": str(tmp_path / "data"),
-            "XDG_CONFIG_HOME": str(tmp_path / "config"), "PYTHONUNBUFFERED": "1"}
+    return {
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def _containers(lab) -> dict[str, str]:
@@ -122,8 +131,11 @@ def test_console_in_tmux_against_the_lab(lab_worker_only, console_env, tmp_path)
     ro = Tmux("ro", [*cmd, "--read-only"], console_env)
     try:
         # 1. both IPs in each node pane, the head's marked as a mismatch
-        screen = rw.wait_for(lambda s: "MISMATCH" in s and f"ray    {worker.ic_ip}" in s,
-                             timeout=90, what="node panes with Ray's IPs")
+        screen = rw.wait_for(
+            lambda s: "MISMATCH" in s and f"ray    {worker.ic_ip}" in s,
+            timeout=90,
+            what="node panes with Ray's IPs",
+        )
         left, right = halves(node_pane_rows(screen))
         assert f"config {head.ic_ip}" in left and f"ray    {head.ext_ip}" in left
         assert "≠ MISMATCH" in left
@@ -134,8 +146,9 @@ def test_console_in_tmux_against_the_lab(lab_worker_only, console_env, tmp_path)
         # 2. a crash line appended to the head's vLLM log: highlighted, with its fix
         line = pg_line(head.ic_ip)
         lab.append_line(head, log_path, line)
-        screen = rw.wait_for(lambda s: "▶ (autoscaler" in s, timeout=30,
-                             what="the crash line marked in the log pane")
+        screen = rw.wait_for(
+            lambda s: "▶ (autoscaler" in s, timeout=30, what="the crash line marked in the log pane"
+        )
         ansi = rw.screen_ansi()
         marked = next(r for r in ansi.splitlines() if "▶" in r and "autoscaler" in r)
         assert "\x1b[" in marked  # coloured (the finding style), not plain
@@ -156,8 +169,9 @@ def test_console_in_tmux_against_the_lab(lab_worker_only, console_env, tmp_path)
         rw.keys("Escape")
 
         # 4. read-only refuses teardown: the key only notifies, no dialog, nothing runs
-        ro.wait_for(lambda s: "READ-ONLY" in s and "MISMATCH" in s, timeout=90,
-                    what="read-only console")
+        ro.wait_for(
+            lambda s: "READ-ONLY" in s and "MISMATCH" in s, timeout=90, what="read-only console"
+        )
         ro.keys("t")
         screen = ro.wait_for(lambda s: "Read-only" in s, timeout=10, what="refusal notice")
         assert "confirm" not in screen and "Run teardown" not in screen

@@ -20,8 +20,7 @@ def _rows_naming(screen: str, lab) -> dict[str, str]:
     """Each node's table row: the screen line with its name and its configured IP."""
     out = {}
     for n in lab.nodes:
-        row = next((r for r in screen.splitlines()
-                    if f" {n.name} " in r and n.ic_ip in r), None)
+        row = next((r for r in screen.splitlines() if f" {n.name} " in r and n.ic_ip in r), None)
         if row is not None:
             out[n.name] = row
     return out
@@ -34,8 +33,12 @@ def lab8(lab_factory):
 
 @pytest.fixture
 def console_env(tmp_path) -> dict[str, str]:
-    return {"XDG_STATE_HOME": str(tmp_path / "state"), "XDG_DATA_HOME": str(tmp_path / "data"),
-            "XDG_CONFIG_HOME": str(tmp_path / "config"), "PYTHONUNBUFFERED": "1"}
+    return {
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
@@ -49,13 +52,18 @@ def test_eight_nodes_on_one_screen(lab8, console_env, size, monkeypatch):
     cmd = [sys.executable, "-m", "sparktui", "-c", str(lab.config_path), "--read-only"]
     t = tm.Tmux(f"many{size[0]}", cmd, console_env)
     try:
-        t.wait_for(lambda s: len(_rows_naming(s, lab)) == len(lab.nodes), timeout=120,
-                   what="every node's name and configured IP")
+        t.wait_for(
+            lambda s: len(_rows_naming(s, lab)) == len(lab.nodes),
+            timeout=120,
+            what="every node's name and configured IP",
+        )
         for i in range(12):
             lab.append_line(lab.head, log_path, f"INFO sparktui-e2e line {i}")
-        screen = t.wait_for(lambda s: "line 11" in s
-                            and s.count("no containers") >= len(lab.nodes),
-                            timeout=60, what="every node probed, the log's last line")
+        screen = t.wait_for(
+            lambda s: "line 11" in s and s.count("no containers") >= len(lab.nodes),
+            timeout=60,
+            what="every node probed, the log's last line",
+        )
         rows = _rows_naming(screen, lab)
         assert set(rows) == {n.name for n in lab.nodes}, screen
         for n in lab.nodes:  # reachable (probed over ssh), no container yet (no Ray here)
@@ -69,12 +77,16 @@ def test_eight_nodes_on_one_screen(lab8, console_env, size, monkeypatch):
         assert "spark-2 · worker" not in screen  # no pane per node (the detail: the top row)
         # z: the whole screen for the log, then back to the table
         t.keys("z")
-        screen = t.wait_for(lambda s: not _rows_naming(s, lab), timeout=10,
-                            what="the full-screen log")
+        screen = t.wait_for(
+            lambda s: not _rows_naming(s, lab), timeout=10, what="the full-screen log"
+        )
         assert len([r for r in screen.splitlines() if "sparktui-e2e line" in r]) >= 12
         t.keys("z")
-        t.wait_for(lambda s: len(_rows_naming(s, lab)) == len(lab.nodes), timeout=10,
-                   what="the node table again")
+        t.wait_for(
+            lambda s: len(_rows_naming(s, lab)) == len(lab.nodes),
+            timeout=10,
+            what="the node table again",
+        )
         t.keys("q")
         t.wait_for(lambda s: "SPARKTUI-EXITED 0" in s, timeout=20, what="console exit")
     finally:

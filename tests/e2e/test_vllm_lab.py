@@ -68,8 +68,9 @@ from tests.lab import vllm as vllmmod
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
 ROOT = Path(__file__).resolve().parents[2]
-LOG_DIR = Path(os.environ.get("SPARKTUI_LAB_LOGS")
-               or Path(tempfile.gettempdir()) / "sparktui-lab-logs")
+LOG_DIR = Path(
+    os.environ.get("SPARKTUI_LAB_LOGS") or Path(tempfile.gettempdir()) / "sparktui-lab-logs"
+)
 SIZE = (160, 50)
 WAITING = "Waiting for creating a placement group"
 PG_WAIT = 25  # s: vLLM's placement-group wait in the seed runs (default 1800)
@@ -83,8 +84,14 @@ FINDING_WITHIN = 5.0  # s after the first Waiting line
 def sparktui(state_home: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     env = dict(os.environ, XDG_STATE_HOME=str(state_home), PYTHONPATH=str(ROOT))
     env.pop("SPARKTUI_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "sparktui", *args], capture_output=True,
-                          text=True, env=env, timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "sparktui", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 def sparktui_argv(state_home: Path, *args: str) -> tuple[list[str], dict[str, str]]:
@@ -96,8 +103,11 @@ def sparktui_argv(state_home: Path, *args: str) -> tuple[list[str], dict[str, st
 def http(lab, path: str, body: dict | None = None, timeout: float = 60) -> tuple[int, str]:
     """A request to vLLM on the head's external address (the lab's own 198.18/15)."""
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(f"http://{lab.head.ext_ip}:{vllmmod.PORT}{path}", data=data,
-                                 headers={"content-type": "application/json"} if data else {})
+    req = urllib.request.Request(
+        f"http://{lab.head.ext_ip}:{vllmmod.PORT}{path}",
+        data=data,
+        headers={"content-type": "application/json"} if data else {},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read().decode()
@@ -120,9 +130,17 @@ def metrics(lab) -> dict[str, float]:
 
 
 def complete(lab, prompt: str, max_tokens: int = 16) -> dict:
-    code, text = http(lab, "/v1/completions",
-                      {"model": vllmmod.SERVED_NAME, "prompt": prompt, "max_tokens": max_tokens,
-                       "ignore_eos": True, "temperature": 0})
+    code, text = http(
+        lab,
+        "/v1/completions",
+        {
+            "model": vllmmod.SERVED_NAME,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "temperature": 0,
+        },
+    )
     assert code == 200, text[:500]
     return json.loads(text)
 
@@ -183,9 +201,16 @@ def keep_logs(lab, name: str, *, ray_logs: bool = True, remove: bool = False) ->
 
 
 def vllm_running(lab) -> bool:
-    r = lab.docker(lab.head, "exec", lab.container, "sh", "-c",
-                   'for f in /proc/[0-9]*/cmdline; do tr "\\000" " " <"$f" 2>/dev/null '
-                   '| grep -q "vllm[ ]serve" && exit 0; done; exit 1', check=False)
+    r = lab.docker(
+        lab.head,
+        "exec",
+        lab.container,
+        "sh",
+        "-c",
+        'for f in /proc/[0-9]*/cmdline; do tr "\\000" " " <"$f" 2>/dev/null '
+        '| grep -q "vllm[ ]serve" && exit 0; done; exit 1',
+        check=False,
+    )
     return r.returncode == 0
 
 
@@ -196,10 +221,15 @@ def vllm_running(lab) -> bool:
 def run_info(vllm_lab):
     """Timings and sizes of this module's run, written to LOG_DIR/run.json at the end."""
     art = vllmmod.artifacts_of(vllm_lab)
-    info: dict = {"started": time.time(), "lab": vllm_lab.id, "image": vllm_lab.image,
-                  "image_bytes": vllmmod.image_bytes(vllm_lab),
-                  "venv_bytes": art.info()["venv_bytes"],
-                  "venv_build_seconds": art.info()["build_seconds"], "steps": {}}
+    info: dict = {
+        "started": time.time(),
+        "lab": vllm_lab.id,
+        "image": vllm_lab.image,
+        "image_bytes": vllmmod.image_bytes(vllm_lab),
+        "venv_bytes": art.info()["venv_bytes"],
+        "venv_build_seconds": art.info()["build_seconds"],
+        "steps": {},
+    }
     t0 = time.monotonic()
     yield info
     info["module_seconds"] = round(time.monotonic() - t0, 1)
@@ -239,9 +269,12 @@ def served(vllm_lab, state_home, run_info):
 @pytest.fixture(scope="module")
 def seed_cfg(vllm_lab, tmp_path_factory) -> Path:
     """The lab's config with vLLM's old Ray executor and a short placement-group wait."""
-    return vllmmod.write_config(vllm_lab, tmp_path_factory.mktemp("seed") / "seed.yaml",
-                                env=SEED_ENV, comment=" (seed failure: old executor, "
-                                f"{PG_WAIT}s placement-group wait)")
+    return vllmmod.write_config(
+        vllm_lab,
+        tmp_path_factory.mktemp("seed") / "seed.yaml",
+        env=SEED_ENV,
+        comment=f" (seed failure: old executor, {PG_WAIT}s placement-group wait)",
+    )
 
 
 def start_seed_cluster(lab, cfg: Path) -> None:
@@ -283,17 +316,25 @@ def test_restart_then_serve_tp2_over_ray_answers(vllm_lab, served, run_info):
 # ------------------------------------------------------------------ 2. the console while serving
 
 
-async def test_console_strip_shows_real_metrics_and_log_streams(vllm_lab, served, run_info,
-                                                               state_home):
+async def test_console_strip_shows_real_metrics_and_log_streams(
+    vllm_lab, served, run_info, state_home
+):
     lab = vllm_lab
     cfg = load_config(str(lab.config_path))
     app = SparkApp(LiveBackend(cfg))
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.snapshot is not None and app.snapshot.vllm.healthy,
-                    60, "the strip to show vLLM healthy")
-        await until(pilot, lambda: any("Application startup complete" in e.text
-                                       for e in app.log_view.entries), 30,
-                    "the existing vLLM log in the log pane")
+        await until(
+            pilot,
+            lambda: app.snapshot is not None and app.snapshot.vllm.healthy,
+            60,
+            "the strip to show vLLM healthy",
+        )
+        await until(
+            pilot,
+            lambda: any("Application startup complete" in e.text for e in app.log_view.entries),
+            30,
+            "the existing vLLM log in the log pane",
+        )
         seen = len(app.log_view.entries)
         assert "● healthy" in strip_text(app)
 
@@ -311,8 +352,12 @@ async def test_console_strip_shows_real_metrics_and_log_streams(vllm_lab, served
 
         pool = ThreadPoolExecutor(4)
         jobs = [pool.submit(load) for _ in range(4)]
-        busy = await until(pilot, lambda: (app.snapshot.vllm.tokens_per_s or 0) > 0
-                           and app.snapshot.vllm, 150, "tokens/s > 0 in the strip")
+        busy = await until(
+            pilot,
+            lambda: (app.snapshot.vllm.tokens_per_s or 0) > 0 and app.snapshot.vllm,
+            150,
+            "tokens/s > 0 in the strip",
+        )
         busy_strip = strip_text(app)
         run_info["steps"]["busy_strip"] = busy_strip
         stop.set()
@@ -329,10 +374,16 @@ async def test_console_strip_shows_real_metrics_and_log_streams(vllm_lab, served
         # idle now: the strip's figures are exactly what /metrics says
         real = metrics(lab)
         t_idle = time.time()
-        await until(pilot, lambda: app.snapshot.taken_at > t_idle + 0.1
-                    and app.snapshot.vllm.generation_tokens_total
-                    == real["vllm:generation_tokens_total"], 30,
-                    "a refresh after the load")
+        await until(
+            pilot,
+            lambda: (
+                app.snapshot.taken_at > t_idle + 0.1
+                and app.snapshot.vllm.generation_tokens_total
+                == real["vllm:generation_tokens_total"]
+            ),
+            30,
+            "a refresh after the load",
+        )
         v = app.snapshot.vllm
         assert v.generation_tokens_total == real["vllm:generation_tokens_total"] >= 48 * len(done)
         assert v.prompt_tokens_total == real["vllm:prompt_tokens_total"]
@@ -352,16 +403,22 @@ async def test_console_strip_shows_real_metrics_and_log_streams(vllm_lab, served
 # ------------------------------------------------------------------ 3. a worker's raylet dies
 
 
-async def test_worker_raylet_killed_points_at_the_worker(vllm_lab, served, run_info,
-                                                        state_home):
+async def test_worker_raylet_killed_points_at_the_worker(vllm_lab, served, run_info, state_home):
     lab = vllm_lab
     worker = lab.workers[0]
     cfg = load_config(str(lab.config_path))
     app = SparkApp(LiveBackend(cfg))
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.snapshot is not None and app.snapshot.vllm.healthy
-                    and all(n.ray.alive for n in app.snapshot.nodes), 60,
-                    "a healthy, whole cluster in the console")
+        await until(
+            pilot,
+            lambda: (
+                app.snapshot is not None
+                and app.snapshot.vllm.healthy
+                and all(n.ray.alive for n in app.snapshot.nodes)
+            ),
+            60,
+            "a healthy, whole cluster in the console",
+        )
         assert "alive" in pane_text(app, worker.name)
         t0 = time.monotonic()
         faults.kill_raylet(lab, worker.name)
@@ -373,19 +430,28 @@ async def test_worker_raylet_killed_points_at_the_worker(vllm_lab, served, run_i
 
         await until(pilot, worker_dead, 90, "Ray to mark the worker dead")
         run_info["steps"]["raylet_kill_to_dead_s"] = round(time.monotonic() - t0, 1)
-        await until(pilot, lambda: any("died unexpectedly" in e.text
-                                       for e in app.log_view.entries), 30,
-                    "vLLM's worker-death lines in the log pane")
-        await until(pilot, lambda: any(f.category == "ray_worker_died_segfault"
-                                       for f in app.log_findings.values()), 30,
-                    "the knowledge base's finding on the worker's death")
+        await until(
+            pilot,
+            lambda: any("died unexpectedly" in e.text for e in app.log_view.entries),
+            30,
+            "vLLM's worker-death lines in the log pane",
+        )
+        await until(
+            pilot,
+            lambda: any(
+                f.category == "ray_worker_died_segfault" for f in app.log_findings.values()
+            ),
+            30,
+            "the knowledge base's finding on the worker's death",
+        )
         findings = app._all_findings()
         errors = [f for f in findings if f.severity == "error"]
         assert errors and errors[0].node == worker.name, [(f.id, f.node) for f in errors]
         dead = [f for f in errors if f.id == "ray-node-dead"]
         assert dead and dead[0].node == worker.name and worker.ic_ip in dead[0].message
-        assert not [f for f in errors if f.node == lab.head.name], \
-            [(f.id, f.node, f.message) for f in errors]
+        assert not [f for f in errors if f.node == lab.head.name], [
+            (f.id, f.node, f.message) for f in errors
+        ]
         # the knowledge base read the log: a Ray worker died (vLLM's rank 1)
         assert any(f.category == "ray_worker_died_segfault" for f in app.log_findings.values())
         text = pane_text(app, worker.name)
@@ -394,8 +460,9 @@ async def test_worker_raylet_killed_points_at_the_worker(vllm_lab, served, run_i
         # the first finding is the one the console selects: its detail names the worker
         flist = app.screen_stack[0].query_one(FindingsList)
         flist.highlighted = 0
-        await until(pilot, lambda: worker.name in detail_text(app), 10,
-                    "the detail to name the worker")
+        await until(
+            pilot, lambda: worker.name in detail_text(app), 10, "the detail to name the worker"
+        )
         assert "unhealthy" in strip_text(app) or "not serving" in strip_text(app)
     await asyncio.sleep(1)
     assert not vllm_running(lab)
@@ -416,13 +483,18 @@ async def follow_forced_serve(cfg_path: Path, state_home: Path, timeout: float =
     scanner = Matcher(kb).scanner(1)
     diagnosis = Diagnosis(kb)
     follower = vllm_log_follower(cfg, transports[cfg.head.name], initial_lines=0)
-    argv, env = sparktui_argv(state_home, "serve", "-c", str(cfg_path), "--yes", "--force",
-                              "--json")
+    argv, env = sparktui_argv(
+        state_home, "serve", "-c", str(cfg_path), "--yes", "--force", "--json"
+    )
     out: dict = {"t_wait": None, "t_found": None, "found": None, "lines": 0}
     t_start = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(*argv, env=env, cwd=str(ROOT),
-                                                stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        env=env,
+        cwd=str(ROOT),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         snapshot = await monitor.refresh(wait=None, with_ray=True)
         out["snapshot_env"] = dict(snapshot.node(cfg.head.name).env)
@@ -436,8 +508,11 @@ async def follow_forced_serve(cfg_path: Path, state_home: Path, timeout: float =
                 diagnosis.add(scanner.feed_lines(list(batch.lines)))
                 if out["found"] is None:
                     for f in join(diagnosis.findings(), snapshot):
-                        if f.category == "placement_group_ip_mismatch" and f.node and \
-                                all(s in f.fix for s in ("VLLM_HOST_IP", f.node)):
+                        if (
+                            f.category == "placement_group_ip_mismatch"
+                            and f.node
+                            and all(s in f.fix for s in ("VLLM_HOST_IP", f.node))
+                        ):
                             out["found"], out["t_found"] = f, now
                             break
                 if out["t_wait"] is not None and out["found"] is not None:
@@ -445,8 +520,9 @@ async def follow_forced_serve(cfg_path: Path, state_home: Path, timeout: float =
 
         consumer = asyncio.ensure_future(consume())
         communicate = asyncio.ensure_future(proc.communicate())
-        await asyncio.wait({consumer, communicate}, timeout=timeout,
-                           return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(
+            {consumer, communicate}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
         if not consumer.done():  # serve ended first: the follower gets a moment for the rest
             await asyncio.wait({consumer}, timeout=5)
             consumer.cancel()
@@ -454,8 +530,7 @@ async def follow_forced_serve(cfg_path: Path, state_home: Path, timeout: float =
             raise consumer.exception()
         stdout, stderr = await asyncio.wait_for(communicate, timeout)
         out["t_serve_end"] = time.monotonic() - t_start
-        out["rc"], out["stdout"], out["stderr"] = proc.returncode, stdout.decode(), \
-            stderr.decode()
+        out["rc"], out["stdout"], out["stderr"] = proc.returncode, stdout.decode(), stderr.decode()
         return out
     finally:
         follower.stop()
@@ -488,9 +563,11 @@ async def test_seed_failure_doctor_then_live_finding(vllm_lab, seed_cfg, state_h
 
     # the operator forces it: the seed failure, followed live
     res = await follow_forced_serve(seed_cfg, state_home)
-    run_info["steps"]["seed_cli"] = {k: (round(v, 1) if isinstance(v, float) else v)
-                                     for k, v in res.items()
-                                     if k in ("t_wait", "t_found", "t_serve_end", "lines")}
+    run_info["steps"]["seed_cli"] = {
+        k: (round(v, 1) if isinstance(v, float) else v)
+        for k, v in res.items()
+        if k in ("t_wait", "t_found", "t_serve_end", "lines")
+    }
     assert res["snapshot_env"].get("VLLM_HOST_IP") == head.ext_ip
     assert res["t_wait"] is not None, "no 'Waiting for creating a placement group' line"
     found = res["found"]
@@ -518,42 +595,61 @@ async def test_seed_failure_doctor_then_live_finding(vllm_lab, seed_cfg, state_h
 async def test_seed_failure_in_the_console(vllm_lab, seed_cfg, state_home, run_info):
     lab = vllm_lab
     head = lab.head
-    if not raymod.alive_addresses(raymod.node_table(lab)) == sorted(n.ic_ip for n in lab.nodes) \
-            or vllm_running(lab):
+    if not raymod.alive_addresses(raymod.node_table(lab)) == sorted(
+        n.ic_ip for n in lab.nodes
+    ) or vllm_running(lab):
         start_seed_cluster(lab, seed_cfg)
     vllmmod.host_log_path(lab, head).unlink(missing_ok=True)
     cfg = load_config(str(seed_cfg))
     app = SparkApp(LiveBackend(cfg))
     async with app.run_test(size=SIZE) as pilot:
         # the live checks see it before anything is served; the pane marks it
-        await until(pilot, lambda: app.snapshot is not None and any(
-            f.id == "vllm-host-ip-mismatch" and f.node == "spark-1"
-            for f in app.snapshot.findings), 60, "the live VLLM_HOST_IP check")
+        await until(
+            pilot,
+            lambda: (
+                app.snapshot is not None
+                and any(
+                    f.id == "vllm-host-ip-mismatch" and f.node == "spark-1"
+                    for f in app.snapshot.findings
+                )
+            ),
+            60,
+            "the live VLLM_HOST_IP check",
+        )
         assert f"VLLM_HOST_IP {head.ext_ip}  ≠ MISMATCH" in pane_text(app, "spark-1")
         # d: doctor, the same finding
         await pilot.press("d")
-        await until(pilot, lambda: isinstance(app.screen, ProgressScreen)
-                    and app.screen.summary is not None, 60, "doctor to finish")
+        await until(
+            pilot,
+            lambda: isinstance(app.screen, ProgressScreen) and app.screen.summary is not None,
+            60,
+            "doctor to finish",
+        )
         await pilot.press("escape")
-        assert any(f.id == "vllm-host-ip-mismatch" and f.node == "spark-1"
-                   for f in app.doctor_findings)
+        assert any(
+            f.id == "vllm-host-ip-mismatch" and f.node == "spark-1" for f in app.doctor_findings
+        )
         # s: serve, confirmed: the preflight refuses; nothing is started
         await pilot.press("s")
         await pilot.press("tab")
         assert app.focused is not None and app.focused.id == "confirm"
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, ProgressScreen)
-                    and app.screen.summary is not None, 60, "serve's preflight")
+        await until(
+            pilot,
+            lambda: isinstance(app.screen, ProgressScreen) and app.screen.summary is not None,
+            60,
+            "serve's preflight",
+        )
         await pilot.press("escape")
         assert any("preflight found" in n.message for n in app._notifications)
         assert not vllm_running(lab)
 
         # the operator forces serve from a shell; the console follows the new log
-        argv, env = sparktui_argv(state_home, "serve", "-c", str(seed_cfg), "--yes",
-                                  "--force")
+        argv, env = sparktui_argv(state_home, "serve", "-c", str(seed_cfg), "--yes", "--force")
         t_start = time.monotonic()
-        proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         try:
             marks: dict[str, float] = {}
 
@@ -564,34 +660,42 @@ async def test_seed_failure_in_the_console(vllm_lab, seed_cfg, state_home, run_i
                 if proc.poll() is not None:
                     ended.append(now)
                     assert now - ended[0] < 5, f"serve ended, console saw only {marks}"
-                if "wait" not in marks and any(WAITING in e.text
-                                               for e in app.log_view.entries):
+                if "wait" not in marks and any(WAITING in e.text for e in app.log_view.entries):
                     marks["wait"] = now
                 if "found" not in marks and any(
-                        f.category == "placement_group_ip_mismatch" and f.node == "spark-1"
-                        and names_node_var_and_ips(f.fix, lab)
-                        for f in app.log_findings.values()):
+                    f.category == "placement_group_ip_mismatch"
+                    and f.node == "spark-1"
+                    and names_node_var_and_ips(f.fix, lab)
+                    for f in app.log_findings.values()
+                ):
                     marks["found"] = now
                 return "wait" in marks and "found" in marks
 
-            await until(pilot, watch, 240, "the placement-group lines and finding",
-                        interval=0.2)
+            await until(pilot, watch, 240, "the placement-group lines and finding", interval=0.2)
             run_info["steps"]["seed_tui"] = {k: round(v, 1) for k, v in marks.items()}
             assert marks["found"] <= marks["wait"] + FINDING_WITHIN, marks
             # it is listed, and selecting it shows the live fix
             flist = app.screen_stack[0].query_one(FindingsList)
-            key = next(finding_key(f) for f in app.log_findings.values()
-                       if f.category == "placement_group_ip_mismatch")
+            key = next(
+                finding_key(f)
+                for f in app.log_findings.values()
+                if f.category == "placement_group_ip_mismatch"
+            )
             flist.highlighted = flist._keys.index(key)
-            await until(pilot, lambda: names_node_var_and_ips(detail_text(app), lab), 10,
-                        "the detail to show the live fix")
+            await until(
+                pilot,
+                lambda: names_node_var_and_ips(detail_text(app), lab),
+                10,
+                "the detail to show the live fix",
+            )
             text = detail_text(app)
             assert names_node_var_and_ips(text, lab), text
             assert "On this cluster:" in text
             marked = [e for e in app.log_view.entries if e.finding]
             assert any(f"node:{head.ext_ip}" in e.text for e in marked)
             rc = await asyncio.get_running_loop().run_in_executor(
-                None, lambda: proc.wait(timeout=240))
+                None, lambda: proc.wait(timeout=240)
+            )
             assert rc == 1
         finally:
             if proc.poll() is None:
@@ -628,8 +732,9 @@ def test_head_container_killed_while_serving(vllm_lab, state_home, run_info):
     assert data["vllm"]["healthy"] is not True
     ids = [(f["id"], f["node"]) for f in data["findings"]]
     assert ids[0] == ("container-not-running", head["name"]), ids
-    assert not [f for f in data["findings"] if f["node"] == worker["name"]
-                and f["id"] == "node-unreachable"]
+    assert not [
+        f for f in data["findings"] if f["node"] == worker["name"] and f["id"] == "node-unreachable"
+    ]
     # the worker's container is untouched by the head's death
     [wc] = [c for c in worker["containers"] if c["name"] == lab.container]
     assert wc["state"] == "running"
@@ -640,9 +745,16 @@ def test_head_container_killed_while_serving(vllm_lab, state_home, run_info):
 
 
 def rank_running(lab, node) -> bool:
-    r = lab.docker(node, "exec", lab.container, "sh", "-c",
-                   'for f in /proc/[0-9]*/cmdline; do tr "\\000" " " <"$f" 2>/dev/null '
-                   '| grep -q "vllm[ ]serve" && exit 0; done; exit 1', check=False)
+    r = lab.docker(
+        node,
+        "exec",
+        lab.container,
+        "sh",
+        "-c",
+        'for f in /proc/[0-9]*/cmdline; do tr "\\000" " " <"$f" 2>/dev/null '
+        '| grep -q "vllm[ ]serve" && exit 0; done; exit 1',
+        check=False,
+    )
     return r.returncode == 0
 
 
@@ -665,12 +777,10 @@ def wait_ranks_exit(lab, timeout: float) -> float:
 
 @pytest.fixture(scope="module")
 def native_cfg(vllm_lab, tmp_path_factory) -> Path:
-    return vllmmod.write_native_config(vllm_lab,
-                                       tmp_path_factory.mktemp("native") / "native.yaml")
+    return vllmmod.write_native_config(vllm_lab, tmp_path_factory.mktemp("native") / "native.yaml")
 
 
-async def test_native_restart_serve_tp2_without_ray(vllm_lab, native_cfg, state_home,
-                                                    run_info):
+async def test_native_restart_serve_tp2_without_ray(vllm_lab, native_cfg, state_home, run_info):
     """cluster.backend: native: restart starts the containers without Ray, serve starts
     `vllm serve --nnodes 2 --node-rank R --master-addr <head ip>` on both nodes (the worker
     headless) and waits for /health; a completion answers; status, doctor and the console
@@ -682,8 +792,9 @@ async def test_native_restart_serve_tp2_without_ray(vllm_lab, native_cfg, state_
     assert r.returncode == 0, r.stderr
     for rank, n in enumerate(lab.nodes):  # the dry-run shows each node's exact line
         assert f"[{n.name}] start vllm serve rank {rank}" in r.stdout
-        line = (f"--nnodes 2 --node-rank {rank} --master-addr {head.ic_ip}"
-                + (" --headless" if rank else ""))
+        line = f"--nnodes 2 --node-rank {rank} --master-addr {head.ic_ip}" + (
+            " --headless" if rank else ""
+        )
         assert line + "\n" in r.stdout, r.stdout[-3000:]
     t0 = time.monotonic()
     r = sparktui(state_home, "restart", "-c", cfg, "--yes", "--json", timeout=300)
@@ -707,8 +818,7 @@ async def test_native_restart_serve_tp2_without_ray(vllm_lab, native_cfg, state_
     assert "-tp2-" in out["system_fingerprint"]
     # each rank's output is on its own node: rank 1 joined rank 0's rendezvous over the
     # interconnect, from the worker
-    logs = {n.name: vllmmod.host_log_path(lab, n).read_text(errors="replace")
-            for n in lab.nodes}
+    logs = {n.name: vllmmod.host_log_path(lab, n).read_text(errors="replace") for n in lab.nodes}
     init = f"distributed_init_method=tcp://{head.ic_ip}:29501"
     assert re.search(rf"world_size=2 rank=0 .*{re.escape(init)}", logs[head.name])
     assert re.search(rf"world_size=2 rank=1 .*{re.escape(init)}", logs[worker.name])
@@ -723,9 +833,12 @@ async def test_native_restart_serve_tp2_without_ray(vllm_lab, native_cfg, state_
     assert data["ray"] == {"source": None, "error": None, "nodes": []}
     procs = {n["name"]: n["vllm_process"] for n in data["nodes"]}
     assert (procs[head.name]["node_rank"], procs[head.name]["headless"]) == (0, False)
-    assert (procs[worker.name]["node_rank"], procs[worker.name]["nnodes"],
-            procs[worker.name]["master_addr"], procs[worker.name]["headless"]) == (
-        1, 2, head.ic_ip, True)
+    assert (
+        procs[worker.name]["node_rank"],
+        procs[worker.name]["nnodes"],
+        procs[worker.name]["master_addr"],
+        procs[worker.name]["headless"],
+    ) == (1, 2, head.ic_ip, True)
     assert data["findings"] == []
     # the lab's own config says no backend: status says which it sees
     r = sparktui(state_home, "status", "--json", "-c", str(lab.config_path), timeout=120)
@@ -734,29 +847,43 @@ async def test_native_restart_serve_tp2_without_ray(vllm_lab, native_cfg, state_
     # doctor: the worker reaches rank 0's rendezvous, the ranks' logs agree
     r = sparktui(state_home, "doctor", "-c", cfg, "--json", timeout=120)
     doctor = json.loads(r.stdout)
-    native_ids = [f["id"] for f in doctor["findings"]
-                  if f["id"].startswith("native-") or f["severity"] == "error"]
+    native_ids = [
+        f["id"]
+        for f in doctor["findings"]
+        if f["id"].startswith("native-") or f["severity"] == "error"
+    ]
     assert native_ids == [], doctor["findings"]
 
     # the console: each pane shows its rank, the log pane streams both nodes' logs
     app = SparkApp(LiveBackend(load_config(cfg)))
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.snapshot is not None and app.snapshot.vllm.healthy,
-                    60, "the strip to show vLLM healthy")
-        await until(pilot, lambda: {e.node for e in app.log_view.entries} == {
-            head.name, worker.name}, 30, "both ranks' logs in the log pane")
+        await until(
+            pilot,
+            lambda: app.snapshot is not None and app.snapshot.vllm.healthy,
+            60,
+            "the strip to show vLLM healthy",
+        )
+        await until(
+            pilot,
+            lambda: {e.node for e in app.log_view.entries} == {head.name, worker.name},
+            30,
+            "both ranks' logs in the log pane",
+        )
         assert "rank 0/2 · vllm serve running" in pane_text(app, head.name)
         text = pane_text(app, worker.name)
         assert "1/2 · vllm serve running" in text and "headless" in text
         assert not re.search(r"^ray\b|alive|not in Ray", text, re.M), text
         assert not [f for f in app.snapshot.findings if f.severity == "error"]
-        assert any("headless multiproc executor" in e.text and e.node == worker.name
-                   for e in app.log_view.entries)
+        assert any(
+            "headless multiproc executor" in e.text and e.node == worker.name
+            for e in app.log_view.entries
+        )
     keep_rank_logs(lab, "native_tp2_healthy")
 
 
-async def test_native_wrong_master_addr_reproduced_and_diagnosed(vllm_lab, state_home,
-                                                                 run_info, tmp_path):
+async def test_native_wrong_master_addr_reproduced_and_diagnosed(
+    vllm_lab, state_home, run_info, tmp_path
+):
     """An operator's launcher starts rank 1 with a wrong --master-addr (an address of the
     interconnect no node has): status names the rank and the address while it runs, doctor
     sees the ranks' logs disagree, and once both ranks have given up every rank's log is
@@ -767,8 +894,10 @@ async def test_native_wrong_master_addr_reproduced_and_diagnosed(vllm_lab, state
     head, worker = lab.head, lab.workers[0]
     wrong = head.ic_ip.rsplit(".", 1)[0] + ".99"
     cfg_path = vllmmod.write_native_config(
-        lab, tmp_path / "native-timeout.yaml", args=vllmmod.NATIVE_ARGS
-        + vllmmod.NATIVE_TIMEOUT_ARGS)
+        lab,
+        tmp_path / "native-timeout.yaml",
+        args=vllmmod.NATIVE_ARGS + vllmmod.NATIVE_TIMEOUT_ARGS,
+    )
     cfg = str(cfg_path)
     r = sparktui(state_home, "restart", "-c", cfg, "--yes", "--json", timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -800,9 +929,13 @@ async def test_native_wrong_master_addr_reproduced_and_diagnosed(vllm_lab, state
         r = sparktui(state_home, "doctor", "--json", "-c", cfg, timeout=120)
         ids = {(f["id"], f["node"]) for f in json.loads(r.stdout)["findings"]}
         said = "headless multiproc executor" in vllmmod.host_log_path(lab, worker).read_text(
-            errors="replace")
-        if ("native-rendezvous-disagree", worker.name) in ids or time.monotonic() > deadline \
-                or (said and not any(rank_running(lab, n) for n in lab.nodes)):
+            errors="replace"
+        )
+        if (
+            ("native-rendezvous-disagree", worker.name) in ids
+            or time.monotonic() > deadline
+            or (said and not any(rank_running(lab, n) for n in lab.nodes))
+        ):
             break
         time.sleep(1)
     assert ("native-rendezvous-disagree", worker.name) in ids, ids
@@ -843,9 +976,16 @@ def test_native_master_port_taken_refuses_serve(vllm_lab, native_cfg, state_home
     cfg = str(native_cfg)
     r = sparktui(state_home, "restart", "-c", cfg, "--yes", "--json", timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    lab.docker(head, "exec", "-d", lab.container, "python3", "-c",
-               "import socket, time; s = socket.socket(); s.bind(('0.0.0.0', 29501)); "
-               "s.listen(); time.sleep(300)")
+    lab.docker(
+        head,
+        "exec",
+        "-d",
+        lab.container,
+        "python3",
+        "-c",
+        "import socket, time; s = socket.socket(); s.bind(('0.0.0.0', 29501)); "
+        "s.listen(); time.sleep(300)",
+    )
     deadline = time.monotonic() + 30
     while f":{29501:04X} " not in lab.sh(head, "cat /proc/net/tcp").stdout:
         assert time.monotonic() < deadline, "the port holder did not listen"

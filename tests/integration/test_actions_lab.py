@@ -40,22 +40,34 @@ def state_home(tmp_path_factory):
 def serve_cfg(wlab, tmp_path_factory) -> Path:
     """The lab's config plus a vllm: section (the lab's image has no vLLM)."""
     cfg = tmp_path_factory.mktemp("cfg") / "serve.yaml"
-    cfg.write_text(wlab.config_path.read_text() + (
-        "vllm:\n  model: facebook/opt-125m\n  args: [--tensor-parallel-size, '2']\n"
-        "  health_timeout: 120\n"))
+    cfg.write_text(
+        wlab.config_path.read_text()
+        + (
+            "vllm:\n  model: facebook/opt-125m\n  args: [--tensor-parallel-size, '2']\n"
+            "  health_timeout: 120\n"
+        )
+    )
     return cfg
 
 
 def sparktui(state_home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ, XDG_STATE_HOME=str(state_home), PYTHONPATH=str(ROOT))
     env.pop("SPARKTUI_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "sparktui", *args], capture_output=True,
-                          text=True, env=env, timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "sparktui", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 def container_ids(lab) -> dict[str, list[str]]:
-    return {n.name: sorted(nodemod.exec_(n, ["docker", "ps", "-aq", "--no-trunc"]).stdout.split())
-            for n in lab.nodes}
+    return {
+        n.name: sorted(nodemod.exec_(n, ["docker", "ps", "-aq", "--no-trunc"]).stdout.split())
+        for n in lab.nodes
+    }
 
 
 def status(state_home: Path, lab) -> dict:
@@ -115,8 +127,9 @@ def test_restart_pins_every_node_to_its_configured_ip(wlab, state_home):
     alive = sorted(x["ip"] for x in post["ray"]["nodes"] if x["alive"])
     assert alive == sorted(n.ic_ip for n in wlab.nodes)
     new = audit_lines(state_home)[n_audit:]
-    assert [(x["node"], x["argv"][:3], x["status"]) for x in new if x["argv"][1] == "rm"] \
-        and all(x["status"] == "ok" and x["exit"] == 0 for x in new)
+    assert [(x["node"], x["argv"][:3], x["status"]) for x in new if x["argv"][1] == "rm"] and all(
+        x["status"] == "ok" and x["exit"] == 0 for x in new
+    )
     assert {x["node"] for x in new if x["argv"][:2] == ["docker", "run"]} == {"spark-1", "spark-2"}
     r = sparktui(state_home, "doctor", "-c", str(wlab.config_path), "--json")
     doctor = json.loads(r.stdout)
@@ -145,7 +158,10 @@ def test_teardown_leaves_no_container_and_is_idempotent(wlab, state_home):
     r = sparktui(state_home, "teardown", "-c", str(wlab.config_path), "--yes", "--json")
     assert r.returncode == 0, r.stderr
     assert [s["message"] for s in json.loads(r.stdout)["steps"]] == [
-        "already absent", "already absent"]
-    lines = [x for x in audit_lines(state_home) if x["action"] == "teardown"
-             and x["status"] != "refused"]
+        "already absent",
+        "already absent",
+    ]
+    lines = [
+        x for x in audit_lines(state_home) if x["action"] == "teardown" and x["status"] != "refused"
+    ]
     assert len(lines) == 4 and all(x["exit"] == 0 for x in lines)

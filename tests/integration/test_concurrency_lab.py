@@ -64,17 +64,28 @@ def env_for(state: Path) -> dict[str, str]:
 
 
 def sparktui(state: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sparktui", *args], capture_output=True,
-                          text=True, env=env_for(state), timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "sparktui", *args],
+        capture_output=True,
+        text=True,
+        env=env_for(state),
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 class Cli:
     """A `sparktui` subprocess whose stderr (progress lines) is read as it comes."""
 
     def __init__(self, state: Path, *args: str) -> None:
-        self.p = subprocess.Popen([sys.executable, "-m", "sparktui", *args],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  env=env_for(state), cwd=ROOT)
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "sparktui", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env_for(state),
+            cwd=ROOT,
+        )
         self.lines: list[str] = []
         self._t = threading.Thread(target=self._read, daemon=True)
         self._t.start()
@@ -93,8 +104,9 @@ class Cli:
             if self.p.poll() is not None and not self._t.is_alive():
                 break
             time.sleep(0.05)
-        raise AssertionError(f"no {what} in {timeout:g}s; stderr so far:\n"
-                             + "\n".join(self.lines[-30:]))
+        raise AssertionError(
+            f"no {what} in {timeout:g}s; stderr so far:\n" + "\n".join(self.lines[-30:])
+        )
 
     def finish(self, timeout: float = 60) -> tuple[int, str, str]:
         # not communicate(): it would read stderr too, racing the reader thread for the
@@ -108,7 +120,6 @@ class Cli:
         if self.p.poll() is None:
             self.p.kill()
             self.p.wait(10)
-
 
 
 def ray_whole_pinned(lab, timeout: float = 180) -> float:
@@ -177,8 +188,7 @@ def second_actions_refused(cfg_path: str, state: Path, pid: int, where: str) -> 
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_cli_second_action_refused_and_interrupted_restart_finishes_on_the_nodes(
-        clab, state, sig):
+def test_cli_second_action_refused_and_interrupted_restart_finishes_on_the_nodes(clab, state, sig):
     lab = clab
     cfg_path = str(lab.config_path)
     before = lab.containers()
@@ -208,12 +218,13 @@ def test_cli_second_action_refused_and_interrupted_restart_finishes_on_the_nodes
     assert lock_is_free(state)  # what a new action takes first: accepted
     r = sparktui(state, "doctor", "-c", cfg_path, "--json")
     assert r.returncode in (0, 1) and json.loads(r.stdout)["findings"] is not None
-    print(f"concurrency ({sig.name}): second actions refused: {len(messages)}; "
-          f"Ray whole {whole_s:.1f}s after the interrupt; e.g. {messages[0]!r}")
+    print(
+        f"concurrency ({sig.name}): second actions refused: {len(messages)}; "
+        f"Ray whole {whole_s:.1f}s after the interrupt; e.g. {messages[0]!r}"
+    )
 
 
-def test_console_refuses_a_second_action_and_q_mid_restart_leaves_the_work_running(
-        clab, state):
+def test_console_refuses_a_second_action_and_q_mid_restart_leaves_the_work_running(clab, state):
     lab = clab
     cfg_path = str(lab.config_path)
     cfg = config.load(cfg_path)
@@ -228,8 +239,12 @@ def test_console_refuses_a_second_action_and_q_mid_restart_leaves_the_work_runni
             await pilot.press("r")
             assert isinstance(app.screen, ConfirmScreen)
             await pilot.press("tab", "enter")  # the action's own button
-            await wait_until(pilot, lambda: isinstance(app.screen, ProgressScreen)
-                             and app.running_action == "restart", 10, "the restart's progress")
+            await wait_until(
+                pilot,
+                lambda: isinstance(app.screen, ProgressScreen) and app.running_action == "restart",
+                10,
+                "the restart's progress",
+            )
             progress = app.screen
             # a second action in the console: refused, naming the running one
             await pilot.press("escape")  # hide the progress; the action keeps running
@@ -239,19 +254,31 @@ def test_console_refuses_a_second_action_and_q_mid_restart_leaves_the_work_runni
             facts["console_refusal"] = [n.message for n in note if "still running" in n.message]
             assert facts["console_refusal"] == ["restart is still running; one action at a time."]
             # ... from another process: busy, "in this console" is another sparktui to it
-            r = await asyncio.to_thread(sparktui, Path(os.environ["XDG_STATE_HOME"]),
-                                        "teardown", "-c", cfg_path, "--yes", "--json")
+            r = await asyncio.to_thread(
+                sparktui,
+                Path(os.environ["XDG_STATE_HOME"]),
+                "teardown",
+                "-c",
+                cfg_path,
+                "--yes",
+                "--json",
+            )
             result = json.loads(r.stdout)
             assert result["state"] == "busy" and "restart" in result["message"]
             assert f"pid {os.getpid()}" in result["message"]
             # ... and in-process, through the actions layer
             res = await run_action("teardown", cfg, app.backend.monitor.transports)
-            assert res.state == "busy" and "restart" in res.message and "in this console" \
-                in res.message
+            assert (
+                res.state == "busy"
+                and "restart" in res.message
+                and "in this console" in res.message
+            )
+
             def workers_started() -> bool:
                 assert app.running_action == "restart", "restart ended before the quit"
                 joining = [p for p in progress.rows if "joining" in p.description]
                 return bool(joining) and all(p.state == "ok" for p in joining)
+
             await wait_until(pilot, workers_started, 180, "the workers to be started")
             assert app.running_action == "restart"
             facts["states_at_quit"] = sorted({p.state for p in progress.rows})

@@ -27,8 +27,12 @@ def _cfg(lab) -> config.Config:
     return cfg
 
 
-async def _until(m: Monitor, pred, max_ticks: int, with_ray: bool = False,
-                 ) -> tuple[int, ClusterSnapshot]:
+async def _until(
+    m: Monitor,
+    pred,
+    max_ticks: int,
+    with_ray: bool = False,
+) -> tuple[int, ClusterSnapshot]:
     """Refresh at INTERVAL until pred(snapshot); returns (ticks taken, snapshot)."""
     snap = None
     for tick in range(1, max_ticks + 1):
@@ -37,20 +41,31 @@ async def _until(m: Monitor, pred, max_ticks: int, with_ray: bool = False,
         if pred(snap):
             return tick, snap
         await asyncio.sleep(max(0.0, INTERVAL - (time.monotonic() - t0)))
-    raise AssertionError(f"not within {max_ticks} refreshes: "
-                         f"{[(n.name, n.reachable, n.error) for n in snap.nodes]} "
-                         f"{[(f.id, f.node) for f in snap.findings]}")
+    raise AssertionError(
+        f"not within {max_ticks} refreshes: "
+        f"{[(n.name, n.reachable, n.error) for n in snap.nodes]} "
+        f"{[(f.id, f.node) for f in snap.findings]}"
+    )
 
 
 def _ids(snap: ClusterSnapshot, node: str) -> set[str]:
     return {f.id for f in snap.findings if f.node == node}
 
 
-@pytest.mark.parametrize("fault,undo", [
-    (lambda lab: faults.stop_sshd(lab, "spark-2"), lambda lab: faults.start_sshd(lab, "spark-2")),
-    (lambda lab: faults.cut_link(lab, "spark-2", "ext"),
-     lambda lab: faults.restore_link(lab, "spark-2", "ext")),
-], ids=["sshd-stopped", "link-cut"])
+@pytest.mark.parametrize(
+    "fault,undo",
+    [
+        (
+            lambda lab: faults.stop_sshd(lab, "spark-2"),
+            lambda lab: faults.start_sshd(lab, "spark-2"),
+        ),
+        (
+            lambda lab: faults.cut_link(lab, "spark-2", "ext"),
+            lambda lab: faults.restore_link(lab, "spark-2", "ext"),
+        ),
+    ],
+    ids=["sshd-stopped", "link-cut"],
+)
 def test_unreachable_within_two_refreshes_and_back(healthy_lab, fault, undo):
     lab = healthy_lab
 
@@ -62,8 +77,7 @@ def test_unreachable_within_two_refreshes_and_back(healthy_lab, fault, undo):
             # a dropped connection is what the node's fault does to a live session
             await m.transports["spark-2"].close()
             try:
-                ticks, snap = await _until(
-                    m, lambda s: not s.node("spark-2").reachable, 2)
+                ticks, snap = await _until(m, lambda s: not s.node("spark-2").reachable, 2)
                 assert snap.node("spark-1").reachable and snap.node("spark-1").containers
                 assert "node-unreachable" in _ids(snap, "spark-2")
                 assert _ids(snap, "spark-1") == set()
@@ -88,7 +102,8 @@ def test_dockerd_restart_shows_container_down_then_heals(healthy_lab):
             await _until(m, lambda s: not s.findings, 5, with_ray=True)
             faults.restart_dockerd(lab, "spark-2")
             ticks, snap = await _until(
-                m, lambda s: "container-not-running" in _ids(s, "spark-2"), 5)
+                m, lambda s: "container-not-running" in _ids(s, "spark-2"), 5
+            )
             assert snap.node("spark-2").reachable
             assert _ids(snap, "spark-1") == set()
             return ticks
@@ -112,7 +127,8 @@ def test_killed_raylet_is_reported_dead_on_the_worker(healthy_lab):
             t0 = time.monotonic()
             # Ray needs ~15 s of missed heartbeats before it marks the node DEAD.
             _ticks, snap = await _until(
-                m, lambda s: s.node("spark-2").ray.alive is False, 60, with_ray=True)
+                m, lambda s: s.node("spark-2").ray.alive is False, 60, with_ray=True
+            )
             took = time.monotonic() - t0
             worker_ids = _ids(snap, "spark-2")
             assert worker_ids & {"ray-node-dead", "container-not-running", "node-not-in-ray"}

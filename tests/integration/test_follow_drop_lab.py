@@ -63,8 +63,9 @@ def expected_line(i: int) -> str:
 
 def session_pids(lab, node, client_port: int) -> list[int]:
     """PIDs (in the node's PID namespace) of the sshd processes holding our connection."""
-    out = lab.exec(node, ["ss", "-Htnp", "state", "established",
-                          f"( sport = :22 and dport = :{client_port} )"]).stdout
+    out = lab.exec(
+        node, ["ss", "-Htnp", "state", "established", f"( sport = :22 and dport = :{client_port} )"]
+    ).stdout
     return sorted({int(p) for p in re.findall(r"pid=(\d+)", out)})
 
 
@@ -79,8 +80,9 @@ class Recorder:
     def take(self, b: LogBatch) -> None:
         now = time.monotonic()
         if b.lines and b.first_line != len(self.lines) + 1:
-            self.first_line_errors.append(f"batch numbered {b.first_line} after "
-                                          f"{len(self.lines)} lines")
+            self.first_line_errors.append(
+                f"batch numbered {b.first_line} after {len(self.lines)} lines"
+            )
         self.lines.extend(b.lines)
         for e in b.events:
             self.events.append((now, len(self.lines), e))
@@ -125,42 +127,59 @@ def test_follow_resumes_after_drops_with_nothing_lost_or_repeated(healthy_lab, r
         try:
             await _wait(lambda: follower.inode is not None, 20, "the follower to start")
             writer = subprocess.Popen(
-                nodemod.nsenter_argv(head, ["/usr/bin/python3", "-c", WRITER, cfg.vllm.log,
-                                            stop_file, str(RATE)]),
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
+                nodemod.nsenter_argv(
+                    head, ["/usr/bin/python3", "-c", WRITER, cfg.vllm.log, stop_file, str(RATE)]
+                ),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=clean_env(),
+            )
 
             async def drop(how: str, inject, undo=None) -> None:
-                await _wait(lambda: len(rec.lines) >= (drops[-1]["lines_after"] if drops
-                                                       else 0) + 400,
-                            30, "lines to flow before the drop")
+                await _wait(
+                    lambda: len(rec.lines) >= (drops[-1]["lines_after"] if drops else 0) + 400,
+                    30,
+                    "lines to flow before the drop",
+                )
                 before = follower.reconnects
                 at_lines = len(rec.lines)
                 t0 = time.monotonic()
                 await inject()
                 restored = None
                 if undo is not None:
-                    await _wait(lambda: follower.reconnects > before, 20,
-                                f"{how}: the drop to be noticed")
+                    await _wait(
+                        lambda: follower.reconnects > before, 20, f"{how}: the drop to be noticed"
+                    )
                     noticed = time.monotonic() - t0
                     await asyncio.sleep(max(0.0, CUT_SECONDS - noticed))
                     undo()
                     restored = time.monotonic()
-                await _wait(lambda: rec.event_after(t0, "resumed ") is not None, 60,
-                            f"{how}: following to resume")
+                await _wait(
+                    lambda: rec.event_after(t0, "resumed ") is not None,
+                    60,
+                    f"{how}: following to resume",
+                )
                 t_resumed = rec.event_after(t0, "resumed ")[0]
                 lost = rec.event_after(t0, "connection lost")
                 assert lost is not None, f"{how}: no drop was seen"
-                await _wait(lambda: len(rec.lines) > at_lines + 50, 30,
-                            f"{how}: new lines after resuming")
-                drops.append({
-                    "how": how, "at_line": at_lines, "reason": lost[2],
-                    "reconnects": follower.reconnects - before,
-                    "detected_s": round(lost[0] - t0, 2),
-                    "recovered_s": round(t_resumed - t0, 2),
-                    "recovered_after_restore_s":
-                        None if restored is None else round(t_resumed - restored, 2),
-                    "lines_after": len(rec.lines),
-                })
+                await _wait(
+                    lambda: len(rec.lines) > at_lines + 50, 30, f"{how}: new lines after resuming"
+                )
+                drops.append(
+                    {
+                        "how": how,
+                        "at_line": at_lines,
+                        "reason": lost[2],
+                        "reconnects": follower.reconnects - before,
+                        "detected_s": round(lost[0] - t0, 2),
+                        "recovered_s": round(t_resumed - t0, 2),
+                        "recovered_after_restore_s": None
+                        if restored is None
+                        else round(t_resumed - restored, 2),
+                        "lines_after": len(rec.lines),
+                    }
+                )
 
             async def client_abort() -> None:
                 assert transport._conn is not None
@@ -198,8 +217,13 @@ def test_follow_resumes_after_drops_with_nothing_lost_or_repeated(healthy_lab, r
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             await transport.close()
-        return {"n": n, "rec": rec, "drops": drops, "reconnects": follower.reconnects,
-                "connects": transport.connects}
+        return {
+            "n": n,
+            "rec": rec,
+            "drops": drops,
+            "reconnects": follower.reconnects,
+            "connects": transport.connects,
+        }
 
     try:
         res = asyncio.run(go())
@@ -218,8 +242,11 @@ def test_follow_resumes_after_drops_with_nothing_lost_or_repeated(healthy_lab, r
     # by itself once its SSH channel was gone (no signal reaches it from sshd)
     deadline = time.monotonic() + 30
     while True:
-        left = [a for a in lab.exec(head, ["ps", "-eo", "args"]).stdout.splitlines()
-                if cfg.vllm.log in a]
+        left = [
+            a
+            for a in lab.exec(head, ["ps", "-eo", "args"]).stdout.splitlines()
+            if cfg.vllm.log in a
+        ]
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.5)
@@ -229,21 +256,27 @@ def test_follow_resumes_after_drops_with_nothing_lost_or_repeated(healthy_lab, r
     numbers = [int(ln.split(" ", 1)[0]) for ln in rec.lines]
     lost = sorted(set(range(1, n + 1)) - set(numbers))
     repeated = len(numbers) - len(set(numbers))
-    summary = (f"follow over SSH: N={n} lines at {RATE:g}/s, {len(drops)} drops "
-               f"({res['reconnects']} reconnects, {res['connects']} SSH connections), "
-               f"lost={len(lost)}, repeated={repeated}; " + "; ".join(
-                   f"{d['how']}: noticed {d['detected_s']}s, resumed {d['recovered_s']}s"
-                   + (f" ({d['recovered_after_restore_s']}s after restore)"
-                      if d["recovered_after_restore_s"] is not None else "")
-                   for d in drops))
+    summary = (
+        f"follow over SSH: N={n} lines at {RATE:g}/s, {len(drops)} drops "
+        f"({res['reconnects']} reconnects, {res['connects']} SSH connections), "
+        f"lost={len(lost)}, repeated={repeated}; "
+        + "; ".join(
+            f"{d['how']}: noticed {d['detected_s']}s, resumed {d['recovered_s']}s"
+            + (
+                f" ({d['recovered_after_restore_s']}s after restore)"
+                if d["recovered_after_restore_s"] is not None
+                else ""
+            )
+            for d in drops
+        )
+    )
     print(summary)
     record_property("follow_drop_summary", summary)
     assert lost == [] and repeated == 0, (lost[:10], repeated)
     assert numbers == list(range(1, n + 1))
     assert rec.lines == [expected_line(i) for i in range(1, n + 1)]  # byte-exact content
     assert rec.first_line_errors == []
-    assert [d["how"] for d in drops] == ["client abort", "sshd session killed",
-                                         "external link cut"]
+    assert [d["how"] for d in drops] == ["client abort", "sshd session killed", "external link cut"]
     assert all(d["reconnects"] >= 1 for d in drops)
     assert res["connects"] >= 4  # one connection per drop, plus the first
     assert n >= 1000

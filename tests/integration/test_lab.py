@@ -21,16 +21,22 @@ from tests.lab.state import EXT_IF, IC_IF, STATE_ROOT, Lab
 pytestmark = pytest.mark.lab
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
-PROBE_GPU = ("nvidia-smi --query-gpu=index,name,uuid,memory.used,memory.total,utilization.gpu "
-             "--format=csv,noheader,nounits")
-PROBE_APPS = "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits"
+PROBE_GPU = (
+    "nvidia-smi --query-gpu=index,name,uuid,memory.used,memory.total,utilization.gpu "
+    "--format=csv,noheader,nounits"
+)
+PROBE_APPS = (
+    "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits"
+)
 
 
 def _tcp(lab: Lab, node: str, host: str, port: int, timeout: float = 2.0) -> str:
     """Connect from inside `node` to host:port; 'ok' or the error text."""
-    code = (f"import socket\ns=socket.socket();s.settimeout({timeout!r})\n"
-            f"try:\n s.connect(({host!r},{port}));print('ok')\n"
-            "except Exception as e:\n print(e)\n")
+    code = (
+        f"import socket\ns=socket.socket();s.settimeout({timeout!r})\n"
+        f"try:\n s.connect(({host!r},{port}));print('ok')\n"
+        "except Exception as e:\n print(e)\n"
+    )
     return lab.exec(node, ["python3", "-c", code]).stdout.strip()
 
 
@@ -49,7 +55,8 @@ def test_config_is_valid_sparktui_config(lab: Lab) -> None:
     cfg = sconfig.load(str(lab.config_path))
     assert cfg.cluster_name == "lab"
     assert [(n.name, n.host, n.ip, n.role) for n in cfg.nodes] == [
-        (n.name, n.ext_ip, n.ic_ip, n.role) for n in lab.nodes]
+        (n.name, n.ext_ip, n.ic_ip, n.role) for n in lab.nodes
+    ]
     assert cfg.head.name == "spark-1"
     assert cfg.ssh.user == "root"
     assert Path(cfg.ssh.identity_file) == lab.key_path
@@ -95,14 +102,18 @@ def test_ssh_with_generated_key_and_known_hosts(lab: Lab) -> None:
 def test_docker_ps_lists_only_the_nodes_own_container(lab: Lab) -> None:
     ids = set()
     for n in lab.nodes:
-        rows = [json.loads(line) for line in lab.docker(
-            n, "ps", "-a", "--no-trunc", "--size=false", "--format", "{{json .}}"
-        ).stdout.splitlines()]
+        rows = [
+            json.loads(line)
+            for line in lab.docker(
+                n, "ps", "-a", "--no-trunc", "--size=false", "--format", "{{json .}}"
+            ).stdout.splitlines()
+        ]
         assert [r["Names"] for r in rows] == [lab.container]
         assert rows[0]["State"] == "running" and rows[0]["Image"] == lab.image
         ids.add(rows[0]["ID"])
-        env = json.loads(lab.docker(n, "inspect", "-f", "{{json .Config.Env}}",
-                                    lab.container).stdout)
+        env = json.loads(
+            lab.docker(n, "inspect", "-f", "{{json .Config.Env}}", lab.container).stdout
+        )
         assert f"VLLM_HOST_IP={n.ic_ip}" in env
         assert f"NCCL_SOCKET_IFNAME={IC_IF}" in env and f"GLOO_SOCKET_IFNAME={IC_IF}" in env
     assert len(ids) == len(lab.nodes)
@@ -121,8 +132,7 @@ def test_pin_all_registers_every_node_on_the_interconnect(lab: Lab) -> None:
         assert r["Resources"][f"node:{r['NodeManagerAddress']}"] == 1.0
 
 
-def test_worker_only_registers_head_external_and_worker_interconnect(
-        lab_worker_only: Lab) -> None:
+def test_worker_only_registers_head_external_and_worker_interconnect(lab_worker_only: Lab) -> None:
     lab = lab_worker_only
     table = [r for r in lab.ray_nodes() if r["Alive"]]
     by_ip = {r["NodeManagerAddress"]: r for r in table}
@@ -131,8 +141,9 @@ def test_worker_only_registers_head_external_and_worker_interconnect(
     assert "node:__internal_head__" in by_ip[head.ext_ip]["Resources"]
     assert "node:__internal_head__" not in by_ip[worker.ic_ip]["Resources"]
     # the containers still say VLLM_HOST_IP = interconnect: the real mismatch
-    env = json.loads(lab.docker(head, "inspect", "-f", "{{json .Config.Env}}",
-                                lab.container).stdout)
+    env = json.loads(
+        lab.docker(head, "inspect", "-f", "{{json .Config.Env}}", lab.container).stdout
+    )
     assert f"VLLM_HOST_IP={head.ic_ip}" in env
 
 
@@ -163,11 +174,13 @@ def test_nvidia_smi_h200_mode_prints_the_real_formats(lab: Lab) -> None:
         gpu = lab.ssh(n, PROBE_GPU).stdout.strip().split(", ")
         assert gpu[1:] == ["NVIDIA H200", gpu[2], "19693", "143771", "0"]
         assert lab.ssh(n, PROBE_APPS).stdout == "501, python3, 19684\n"
-        hdr = lab.ssh(n, "nvidia-smi --query-compute-apps=pid,process_name,used_memory "
-                         "--format=csv").stdout
+        hdr = lab.ssh(
+            n, "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv"
+        ).stdout
         assert hdr.splitlines() == busy[-2:]
-        q = lab.ssh(n, "nvidia-smi --query-gpu=index,name,memory.used,memory.total "
-                       "--format=csv").stdout.splitlines()
+        q = lab.ssh(
+            n, "nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv"
+        ).stdout.splitlines()
         assert q[0] == (FIX / "h200_query_header.csv").read_text().splitlines()[0]
         assert "<product_name>NVIDIA H200</product_name>" in lab.ssh(n, "nvidia-smi -q -x").stdout
     finally:
@@ -180,11 +193,14 @@ def test_files_on_nodes_and_in_containers(lab: Lab) -> None:
     lab.append_line(n, "/tmp/lab-test/a.log", "first")
     lab.append_line(n, "/tmp/lab-test/a.log", "second")
     assert lab.ssh(n, "cat /tmp/lab-test/a.log").stdout == "first\nsecond\n"
-    assert not Path("/tmp/lab-test/a.log").exists() or \
-        Path("/tmp/lab-test/a.log").read_text() != "first\nsecond\n"
+    assert (
+        not Path("/tmp/lab-test/a.log").exists()
+        or Path("/tmp/lab-test/a.log").read_text() != "first\nsecond\n"
+    )
     lab.append_line(n, "/tmp/x/c.log", "in the container", container=lab.container)
-    assert lab.docker(n, "exec", lab.container, "cat", "/tmp/x/c.log").stdout == \
-        "in the container\n"
+    assert (
+        lab.docker(n, "exec", lab.container, "cat", "/tmp/x/c.log").stdout == "in the container\n"
+    )
 
 
 # ---------------------------------------------------------------------------------- faults
@@ -224,13 +240,25 @@ def test_fault_kill_raylet(healthy_lab: Lab) -> None:
     assert killed and not any(proc.alive(p) for p in killed)
     assert not faults.raylet_pids(lab, n) or set(faults.raylet_pids(lab, n)).isdisjoint(killed)
     # `ray start --block` notices and exits, so does the container
-    proc.wait_for(lambda: lab.docker(n, "inspect", "-f", "{{.State.Status}}",
-                                     lab.container).stdout.strip() == "exited",
-                  120, 0.5, "container exit after raylet death")
+    proc.wait_for(
+        lambda: (
+            lab.docker(n, "inspect", "-f", "{{.State.Status}}", lab.container).stdout.strip()
+            == "exited"
+        ),
+        120,
+        0.5,
+        "container exit after raylet death",
+    )
     faults.start_container(lab, n)
-    proc.wait_for(lambda: n.ic_ip in {r["NodeManagerAddress"] for r in lab.ray_nodes()
-                                      if r["Alive"]} and faults.raylet_pids(lab, n),
-                  240, 1, "worker back in Ray")
+    proc.wait_for(
+        lambda: (
+            n.ic_ip in {r["NodeManagerAddress"] for r in lab.ray_nodes() if r["Alive"]}
+            and faults.raylet_pids(lab, n)
+        ),
+        240,
+        1,
+        "worker back in Ray",
+    )
 
 
 def test_fault_restart_dockerd(healthy_lab: Lab) -> None:
@@ -243,8 +271,10 @@ def test_fault_restart_dockerd(healthy_lab: Lab) -> None:
     assert status == "exited"
     assert lab.ssh(n, "docker ps -q").stdout == ""
     faults.start_container(lab, n)
-    assert lab.docker(n, "inspect", "-f", "{{.State.Status}}",
-                      lab.container).stdout.strip() == "running"
+    assert (
+        lab.docker(n, "inspect", "-f", "{{.State.Status}}", lab.container).stdout.strip()
+        == "running"
+    )
 
 
 def test_fault_stop_start_container(healthy_lab: Lab) -> None:
@@ -267,8 +297,13 @@ def test_heal_restores_a_whole_cluster(healthy_lab: Lab) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tests.lab", *args], capture_output=True,
-                          text=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
+    return subprocess.run(
+        [sys.executable, "-m", "tests.lab", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[2],
+    )
 
 
 def test_two_labs_side_by_side_and_down_leaves_nothing(lab: Lab) -> None:
@@ -316,7 +351,8 @@ def test_ray_lab_down_leaves_nothing(lab_factory) -> None:
     table = [r for r in x.ray_nodes() if r["Alive"]]
     # pin none: head on its default-route (external) IP, worker on the IP towards the head
     assert sorted(r["NodeManagerAddress"] for r in table) == sorted(
-        [x.head.ext_ip, x.workers[0].ic_ip])
+        [x.head.ext_ip, x.workers[0].ic_ip]
+    )
     pids = _node_processes(x)
     assert any(proc.comm(p) == "raylet" for p in pids)
     t0 = time.monotonic()

@@ -47,18 +47,27 @@ MUTATING = ("teardown", "restart", "serve")
 
 def run_cli(tmp: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     record = tmp / f"sent-{len(list(tmp.glob('sent-*')))}.json"
-    env = dict(os.environ, XDG_STATE_HOME=str(tmp / "state"), PYTHONPATH=str(ROOT),
-               SPARKTUI_TEST_SENT=str(record))
+    env = dict(
+        os.environ,
+        XDG_STATE_HOME=str(tmp / "state"),
+        PYTHONPATH=str(ROOT),
+        SPARKTUI_TEST_SENT=str(record),
+    )
     env.pop("SPARKTUI_CONFIG", None)
-    p = subprocess.run([sys.executable, "-c", RUNNER, *args], capture_output=True, text=True,
-                       env=env, timeout=180, cwd=ROOT)
+    p = subprocess.run(
+        [sys.executable, "-c", RUNNER, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        cwd=ROOT,
+    )
     return p, json.loads(record.read_text())
 
 
 def audit(tmp: Path) -> list[dict]:
     path = tmp / "state" / "sparktui" / "audit.log"
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-
 
 
 @pytest.fixture

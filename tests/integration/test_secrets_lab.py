@@ -39,8 +39,12 @@ from tests.tui.support import detail_follows, wait_until
 pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[2]
-SECRETS = {"VLLM_API_KEY": "s3cret-value", "HF_TOKEN": "hf_abc123", "DB_PASSWORD": "pw-Zq9x",
-           "S3_SECRET": "sk-Lw8r2"}
+SECRETS = {
+    "VLLM_API_KEY": "s3cret-value",
+    "HF_TOKEN": "hf_abc123",
+    "DB_PASSWORD": "pw-Zq9x",
+    "S3_SECRET": "sk-Lw8r2",
+}
 VALUES = tuple(SECRETS.values())
 
 
@@ -51,8 +55,14 @@ def leaks(text: str) -> list[str]:
 def sparktui(state: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ, XDG_STATE_HOME=str(state), PYTHONPATH=str(ROOT))
     env.pop("SPARKTUI_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "sparktui", *args], capture_output=True,
-                          text=True, env=env, timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "sparktui", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +98,12 @@ def test_restart_ran_with_the_secrets_and_printed_none(secret_lab):
         for k, v in SECRETS.items():
             assert f"{k}={v}" in env.splitlines(), (n.name, k)
     assert leaks(r.stdout) == [] and leaks(r.stderr) == []
-    runs = [c["argv"] for s in result["steps"] for c in s["commands"]
-            if c["argv"][:2] == ["docker", "run"]]
+    runs = [
+        c["argv"]
+        for s in result["steps"]
+        for c in s["commands"]
+        if c["argv"][:2] == ["docker", "run"]
+    ]
     assert len(runs) == len(lab.nodes)
     for argv in runs:
         for k in SECRETS:
@@ -144,8 +158,11 @@ def test_status_doctor_and_dry_run_show_no_value(secret_lab):
 def test_a_refused_command_message_shows_no_value(secret_lab):
     """Whoever asks a read-only transport directly: its refusal names the command masked."""
     cfg = config.load(str(secret_lab["cfg"]))
-    c = Command(("docker", "run", "-d", "-e", f"HF_TOKEN={SECRETS['HF_TOKEN']}", "img"),
-                mutating=True, env=(("DB_PASSWORD", SECRETS["DB_PASSWORD"]),))
+    c = Command(
+        ("docker", "run", "-d", "-e", f"HF_TOKEN={SECRETS['HF_TOKEN']}", "img"),
+        mutating=True,
+        env=(("DB_PASSWORD", SECRETS["DB_PASSWORD"]),),
+    )
 
     async def go() -> str:
         t = SshTransport(cfg.head, read_only=True)
@@ -175,8 +192,12 @@ def test_console_shows_no_value(secret_lab, monkeypatch):
     async def go() -> None:
         app = SparkApp(LiveBackend(cfg))
         async with app.run_test(size=(160, 50)) as pilot:
-            await wait_until(pilot, lambda: app.snapshot is not None and all(
-                n.reachable for n in app.snapshot.nodes), 30, "every node reachable")
+            await wait_until(
+                pilot,
+                lambda: app.snapshot is not None and all(n.reachable for n in app.snapshot.nodes),
+                30,
+                "every node reachable",
+            )
             assert app.snapshot is not None
             assert all(n.reachable for n in app.snapshot.nodes)
             assert all(n.env.get("VLLM_API_KEY") == MASK for n in app.snapshot.nodes)

@@ -27,17 +27,27 @@ pytestmark = pytest.mark.lab
 
 CANARY = f"/tmp/sparktui-canary-{uuid.uuid4().hex[:8]}"
 PAYLOADS = [
-    f"; touch {CANARY}", f"$(touch {CANARY})", f"`touch {CANARY}`", f"| touch {CANARY}",
-    f"&& touch {CANARY}", f"\ntouch {CANARY}\n", f"' ; touch {CANARY} ; '",
-    f'" ; touch {CANARY} ; "', f"$'\\x3b' touch {CANARY}", f"${{IFS}}touch${{IFS}}{CANARY}",
-    f"> {CANARY}", f"\\'; touch {CANARY} #",
+    f"; touch {CANARY}",
+    f"$(touch {CANARY})",
+    f"`touch {CANARY}`",
+    f"| touch {CANARY}",
+    f"&& touch {CANARY}",
+    f"\ntouch {CANARY}\n",
+    f"' ; touch {CANARY} ; '",
+    f'" ; touch {CANARY} ; "',
+    f"$'\\x3b' touch {CANARY}",
+    f"${{IFS}}touch${{IFS}}{CANARY}",
+    f"> {CANARY}",
+    f"\\'; touch {CANARY} #",
 ]
 hostile = st.one_of(
     st.sampled_from(PAYLOADS),
-    st.builds(lambda a, p, b: a + p + b,
-              st.text(alphabet=";&|`$(){}<>'\"\\ \n\t*?[]!#~=%^", max_size=8),
-              st.sampled_from(PAYLOADS),
-              st.text(alphabet=";&|`$(){}<>'\"\\ *?!#", max_size=8)),
+    st.builds(
+        lambda a, p, b: a + p + b,
+        st.text(alphabet=";&|`$(){}<>'\"\\ \n\t*?[]!#~=%^", max_size=8),
+        st.sampled_from(PAYLOADS),
+        st.text(alphabet=";&|`$(){}<>'\"\\ *?!#", max_size=8),
+    ),
 )
 
 
@@ -54,8 +64,11 @@ def _hostile_config(base: dict, value: str) -> config.Config | None:
     data["container"]["env"] = {"VLLM_EXTRA": value, "NCCL_SOCKET_IFNAME": value}
     data["container"]["run_args"] = ["--gpus", "all", "--label", value]
     data["ray"]["extra_args"] = ["--num-cpus", "1", "--labels", value]
-    data["vllm"] = {"model": value, "args": ["--served-model-name", value],
-                    "log": "/tmp/" + value.replace("\x00", "")}
+    data["vllm"] = {
+        "model": value,
+        "args": ["--served-model-name", value],
+        "log": "/tmp/" + value.replace("\x00", ""),
+    }
     data["actions"] = {"teardown": {"run": ["/opt/teardown.sh", value], "nodes": "all"}}
     try:
         return config.parse(yaml.safe_dump(data), "hostile.yaml")
@@ -68,16 +81,21 @@ def _echo(c: Command) -> Command:
     return Command(("printf", "%s\\0", *c.argv), env=c.env, timeout=10)
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(value=hostile)
 def test_config_values_reach_nodes_as_literal_argv(lab, value):
     base = yaml.safe_load(Path(lab.config_path).read_text())
     cfg = _hostile_config(base, value)
     if cfg is None:
         return
-    commands = [(s.node, c) for name in ("teardown", "restart", "serve")
-                for _i, _st, s in build_plan(name, cfg).steps for c in s.commands]
+    commands = [
+        (s.node, c)
+        for name in ("teardown", "restart", "serve")
+        for _i, _st, s in build_plan(name, cfg).steps
+        for c in s.commands
+    ]
     assert commands
 
     async def go():
@@ -106,8 +124,12 @@ def test_config_values_reach_nodes_as_literal_argv(lab, value):
 
 
 def _status(cfg_path: Path) -> tuple[int, dict]:
-    p = subprocess.run([sys.executable, "-m", "sparktui", "status", "--json", "-c",
-                        str(cfg_path)], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "sparktui", "status", "--json", "-c", str(cfg_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return p.returncode, json.loads(p.stdout)
 
 
@@ -131,8 +153,9 @@ def test_unknown_host_key_is_refused_naming_node_and_file(healthy_lab, tmp_path)
 
 
 def test_changed_host_key_is_refused(healthy_lab, tmp_path):
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")],
-                   check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")], check=True
+    )
     other = (tmp_path / "k.pub").read_text().split()
     kh = tmp_path / "known_hosts"
     kh.write_text("".join(f"{n.ext_ip} {other[0]} {other[1]}\n" for n in healthy_lab.nodes))
@@ -144,16 +167,21 @@ def test_changed_host_key_is_refused(healthy_lab, tmp_path):
 def test_skipping_the_check_only_when_the_config_says_so(healthy_lab, tmp_path):
     kh = tmp_path / "known_hosts"
     kh.write_text("")
-    rc, data = _status(_with_ssh(healthy_lab, tmp_path, known_hosts=str(kh),
-                                 strict_host_key_checking=False))
+    rc, data = _status(
+        _with_ssh(healthy_lab, tmp_path, known_hosts=str(kh), strict_host_key_checking=False)
+    )
     assert all(n["reachable"] for n in data["nodes"]), data
 
 
 def test_payloads_are_valid_config_values():
     """Every payload passes config validation, so the test above really sends it."""
-    base = {"cluster": {"name": "lab"}, "ssh": {"user": "root"}, "container": {"name": "c"},
-            "ray": {"port": 6379},
-            "nodes": [{"name": "a", "host": "198.18.1.2", "ip": "198.19.1.2", "role": "head"}]}
+    base = {
+        "cluster": {"name": "lab"},
+        "ssh": {"user": "root"},
+        "container": {"name": "c"},
+        "ray": {"port": 6379},
+        "nodes": [{"name": "a", "host": "198.18.1.2", "ip": "198.19.1.2", "role": "head"}],
+    }
     assert all(_hostile_config(base, p) is not None for p in PAYLOADS)
 
 
@@ -168,14 +196,20 @@ def test_the_canary_check_can_fail(healthy_lab):
     assert _canary_anywhere(healthy_lab) == []
 
 
-@pytest.mark.parametrize("ciphers, expected", [
-    ("default", "aes128-gcm@openssh.com"),  # sparktui's default: AES-GCM first
-    ("chacha20-poly1305@openssh.com", "chacha20-poly1305@openssh.com"),
-    (None, "chacha20-poly1305@openssh.com"),  # no preference: the library's own first choice
-])
+@pytest.mark.parametrize(
+    "ciphers, expected",
+    [
+        ("default", "aes128-gcm@openssh.com"),  # sparktui's default: AES-GCM first
+        ("chacha20-poly1305@openssh.com", "chacha20-poly1305@openssh.com"),
+        (None, "chacha20-poly1305@openssh.com"),  # no preference: the library's own first choice
+    ],
+)
 def test_the_configured_cipher_is_the_one_negotiated(healthy_lab, tmp_path, ciphers, expected):
-    path = (Path(healthy_lab.config_path) if ciphers == "default"
-            else _with_ssh(healthy_lab, tmp_path, ciphers=ciphers))
+    path = (
+        Path(healthy_lab.config_path)
+        if ciphers == "default"
+        else _with_ssh(healthy_lab, tmp_path, ciphers=ciphers)
+    )
     cfg = config.load(str(path))
 
     async def go() -> tuple[str, str]:

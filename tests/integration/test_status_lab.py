@@ -19,8 +19,12 @@ pytestmark = pytest.mark.lab
 
 def status_json(cfg_path) -> tuple[int, dict, float]:
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "sparktui", "status", "--json", "-c",
-                           str(cfg_path)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparktui", "status", "--json", "-c", str(cfg_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     took = time.monotonic() - t0
     assert proc.returncode in (0, 1), proc.stderr
     return proc.returncode, json.loads(proc.stdout), took

@@ -98,16 +98,20 @@ def restart_dockerd(lab: Lab, node: str | Node, timeout: float = 60) -> None:
     if not proc.wait_gone(pids, timeout):
         raise LabError(f"{n.name}: dockerd {pids} did not stop in {timeout}s")
     nodemod.start_daemon(n, "dockerd")
-    proc.wait_for(lambda: nodemod.exec_(n, ["docker", "version"], check=False).returncode == 0,
-                  30, 0.1, f"{n.name} dockerd")
+    proc.wait_for(
+        lambda: nodemod.exec_(n, ["docker", "version"], check=False).returncode == 0,
+        30,
+        0.1,
+        f"{n.name} dockerd",
+    )
 
 
-def stop_container(lab: Lab, node: str | Node, name: str | None = None,
-                   timeout: int = 10) -> None:
+def stop_container(lab: Lab, node: str | Node, name: str | None = None, timeout: int = 10) -> None:
     """`docker stop` the node's Ray container (or `name`)."""
     n = _n(lab, node)
-    nodemod.exec_(n, ["docker", "stop", "-t", str(timeout), name or lab.container],
-                  timeout=timeout + 60)
+    nodemod.exec_(
+        n, ["docker", "stop", "-t", str(timeout), name or lab.container], timeout=timeout + 60
+    )
 
 
 def start_container(lab: Lab, node: str | Node, name: str | None = None) -> None:
@@ -125,16 +129,23 @@ def heal(lab: Lab, timeout: float = 300) -> None:
             set_mtu(lab, n, 1500, ends="both")
         if not nodemod.daemon_pids(n, "dockerd"):
             nodemod.start_daemon(n, "dockerd")
-        proc.wait_for(lambda n=n: nodemod.exec_(n, ["docker", "version"],
-                                                check=False).returncode == 0,
-                      30, 0.1, f"{n.name} dockerd")
+        proc.wait_for(
+            lambda n=n: nodemod.exec_(n, ["docker", "version"], check=False).returncode == 0,
+            30,
+            0.1,
+            f"{n.name} dockerd",
+        )
     if not lab.ray:
         return
     if _ray_whole(lab):
         return
-    running = all(nodemod.exec_(n, ["docker", "inspect", "-f", "{{.State.Running}}",
-                                    lab.container], check=False).stdout.strip() == "true"
-                  for n in lab.nodes)
+    running = all(
+        nodemod.exec_(
+            n, ["docker", "inspect", "-f", "{{.State.Running}}", lab.container], check=False
+        ).stdout.strip()
+        == "true"
+        for n in lab.nodes
+    )
     if running:  # e.g. a container just (re)started: give its raylet time to register
         try:
             raymod.wait_alive(lab, 60)
@@ -149,8 +160,10 @@ def heal(lab: Lab, timeout: float = 300) -> None:
 
 def set_mtu_needed(n: Node) -> bool:
     """Is either end of the node's interconnect cable not at the lab's 1500?"""
-    ends = [["cat", f"/sys/class/net/{n.host_ic_veth}/mtu"],
-            ["ip", "netns", "exec", n.netns, "cat", f"/sys/class/net/{IC_IF}/mtu"]]
+    ends = [
+        ["cat", f"/sys/class/net/{n.host_ic_veth}/mtu"],
+        ["ip", "netns", "exec", n.netns, "cat", f"/sys/class/net/{IC_IF}/mtu"],
+    ]
     return any(proc.run(argv, check=False).stdout.strip() != "1500" for argv in ends)
 
 

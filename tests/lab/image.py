@@ -58,8 +58,21 @@ class ImageSpec:
     @property
     def key(self) -> str:
         h = hashlib.sha256()
-        h.update(json.dumps([RECIPE_REVISION, self.name, self.pip, self.pip_uninstall, self.env,
-                             self.files, self.python, self.extra_bins, self.pip_args]).encode())
+        h.update(
+            json.dumps(
+                [
+                    RECIPE_REVISION,
+                    self.name,
+                    self.pip,
+                    self.pip_uninstall,
+                    self.env,
+                    self.files,
+                    self.python,
+                    self.extra_bins,
+                    self.pip_args,
+                ]
+            ).encode()
+        )
         h.update(run([self.python, "-c", "import sys; print(sys.version)"]).stdout.encode())
         return h.hexdigest()[:12]
 
@@ -116,8 +129,24 @@ def _copy(src: str, root: Path) -> None:
 
 
 def _rootfs(spec: ImageSpec, root: Path) -> None:
-    for d in ("usr/bin", "usr/sbin", "usr/lib64", "usr/lib", "usr/local/bin", "usr/local/sbin",
-              "etc", "root", "proc", "sys", "dev", "run", "var/tmp", "var/log", "home", "opt"):
+    for d in (
+        "usr/bin",
+        "usr/sbin",
+        "usr/lib64",
+        "usr/lib",
+        "usr/local/bin",
+        "usr/local/sbin",
+        "etc",
+        "root",
+        "proc",
+        "sys",
+        "dev",
+        "run",
+        "var/tmp",
+        "var/log",
+        "home",
+        "opt",
+    ):
         (root / d).mkdir(parents=True, exist_ok=True)
     for link in ("bin", "sbin", "lib", "lib64"):  # merged /usr, as on Debian 12
         (root / link).symlink_to(f"usr/{link}")
@@ -125,7 +154,8 @@ def _rootfs(spec: ImageSpec, root: Path) -> None:
     os.chmod(root / "tmp", 0o1777)
     # busybox applets (sh, env, cat, tail, pgrep, ps, ...) then bash and python on top
     _copy("/usr/bin/busybox", root) if os.path.exists("/usr/bin/busybox") else _copy(
-        "/bin/busybox", root)
+        "/bin/busybox", root
+    )
     applets = run([str(root / "usr/bin/busybox"), "--list-full"]).stdout.split()
     for applet in applets:
         dest = root / applet  # bin/, sbin/ resolve through the merged-/usr links
@@ -146,9 +176,12 @@ def _rootfs(spec: ImageSpec, root: Path) -> None:
         (root / "usr/bin" / alias).unlink(missing_ok=True)
         (root / "usr/bin" / alias).symlink_to(pyname)
     stdlib = Path("/usr/lib") / pyname
-    shutil.copytree(stdlib, root / stdlib.relative_to("/"), symlinks=True,
-                    ignore=lambda d, names: [n for n in names if n in STDLIB_SKIP
-                                             and Path(d) == stdlib])
+    shutil.copytree(
+        stdlib,
+        root / stdlib.relative_to("/"),
+        symlinks=True,
+        ignore=lambda d, names: [n for n in names if n in STDLIB_SKIP and Path(d) == stdlib],
+    )
     etc_py = Path("/etc") / pyname  # Debian's sitecustomize.py links into it
     if etc_py.is_dir():
         shutil.copytree(etc_py, root / "etc" / pyname)
@@ -163,8 +196,10 @@ def _rootfs(spec: ImageSpec, root: Path) -> None:
 
 def _etc(root: Path) -> None:
     etc = root / "etc"
-    (etc / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n"
-                                "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
+    (etc / "passwd").write_text(
+        "root:x:0:0:root:/root:/bin/bash\n"
+        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    )
     (etc / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
     (etc / "nsswitch.conf").write_text("passwd: files\ngroup: files\nhosts: files dns\n")
     (etc / "os-release").write_text('PRETTY_NAME="sparktui lab node image"\nID=sparklab\n')
@@ -176,17 +211,40 @@ def _pip(spec: ImageSpec, root: Path) -> None:
     wheels = CACHE_DIR / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     base = [spec.python, "-m", "pip", "--disable-pip-version-check", "-q"]
-    install = base + ["install", "--root", str(root), "--prefix", "/usr", "--ignore-installed",
-                      "--no-warn-script-location", "--break-system-packages",
-                      "--no-index", "--find-links", str(wheels), *spec.pip_args, *spec.pip]
+    install = base + [
+        "install",
+        "--root",
+        str(root),
+        "--prefix",
+        "/usr",
+        "--ignore-installed",
+        "--no-warn-script-location",
+        "--break-system-packages",
+        "--no-index",
+        "--find-links",
+        str(wheels),
+        *spec.pip_args,
+        *spec.pip,
+    ]
     if run(install, check=False, timeout=900).returncode != 0:
         run(base + ["download", "-d", str(wheels), *spec.pip_args, *spec.pip], timeout=900)
         run(install, timeout=900)
     if spec.pip_uninstall:
         site = root / "usr/local/lib" / Path(spec.python).name / "dist-packages"
-        run([spec.python, "-m", "pip", "--disable-pip-version-check", "-q", "uninstall", "-y",
-             "--break-system-packages", *spec.pip_uninstall],
-            env={"PYTHONPATH": str(site), "PATH": os.environ.get("PATH", "/usr/bin")})
+        run(
+            [
+                spec.python,
+                "-m",
+                "pip",
+                "--disable-pip-version-check",
+                "-q",
+                "uninstall",
+                "-y",
+                "--break-system-packages",
+                *spec.pip_uninstall,
+            ],
+            env={"PYTHONPATH": str(site), "PATH": os.environ.get("PATH", "/usr/bin")},
+        )
 
 
 def _elf_files(root: Path) -> list[str]:

@@ -37,9 +37,24 @@ def preflight() -> str | None:
         return "the lab needs Linux"
     if os.geteuid() != 0:
         return "the lab needs root (network namespaces, sshd, dockerd)"
-    missing = [p for p in ("ip", "iptables", "iptables-restore", "nsenter", "unshare",
-                           "dockerd", "docker", "/usr/sbin/sshd", "ssh-keygen", "ssh",
-                           "/usr/bin/docker-init", "busybox") if not shutil.which(p)]
+    missing = [
+        p
+        for p in (
+            "ip",
+            "iptables",
+            "iptables-restore",
+            "nsenter",
+            "unshare",
+            "dockerd",
+            "docker",
+            "/usr/sbin/sshd",
+            "ssh-keygen",
+            "ssh",
+            "/usr/bin/docker-init",
+            "busybox",
+        )
+        if not shutil.which(p)
+    ]
     if missing:
         return f"missing programs: {', '.join(missing)} (run scripts/setup.sh)"
     if run(["ip", "netns", "list"], check=False).returncode != 0:
@@ -56,9 +71,17 @@ def _allocate(n_nodes: int) -> Lab:
     raise LabError("no free lab id (198.18.<k>.0/24 all in use)")
 
 
-def up(nodes: int = 2, pin: str = "all", ray: bool = True, gpu_mode: str = "gb10",
-       spec: imagemod.ImageSpec = imagemod.RAY_IMAGE, owner_pid: int | None = None,
-       docker_tmpfs: bool = True, vllm: bool = False, log: Log = _stderr) -> Lab:
+def up(
+    nodes: int = 2,
+    pin: str = "all",
+    ray: bool = True,
+    gpu_mode: str = "gb10",
+    spec: imagemod.ImageSpec = imagemod.RAY_IMAGE,
+    owner_pid: int | None = None,
+    docker_tmpfs: bool = True,
+    vllm: bool = False,
+    log: Log = _stderr,
+) -> Lab:
     """Bring up a lab of `nodes` nodes; on any failure (or Ctrl-C) it is torn down again.
 
     vllm=True: the vLLM image (tests/lab/vllm.py) in every node and a config with vllm keys;
@@ -87,6 +110,7 @@ def up(nodes: int = 2, pin: str = "all", ray: bool = True, gpu_mode: str = "gb10
         _bring_up(lab, spec, log, t0)
         if vllm:
             from tests.lab import vllm as vllmmod
+
             vllmmod.install(lab, log)
     except BaseException:
         log(f"{lab.id}: bring-up failed, tearing down")
@@ -96,10 +120,24 @@ def up(nodes: int = 2, pin: str = "all", ray: bool = True, gpu_mode: str = "gb10
 
 
 def _bring_up(lab: Lab, spec: imagemod.ImageSpec, log: Log, t0: float) -> None:
-    log(f"{lab.id}: network up ({len(lab.nodes)} nodes, ext 198.18.{lab.k}.0/24, "
-        f"ic 198.19.{lab.k}.0/24) {time.monotonic() - t0:.1f}s")
-    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"sparktui-lab-{lab.id}",
-         "-f", str(lab.key_path)])
+    log(
+        f"{lab.id}: network up ({len(lab.nodes)} nodes, ext 198.18.{lab.k}.0/24, "
+        f"ic 198.19.{lab.k}.0/24) {time.monotonic() - t0:.1f}s"
+    )
+    run(
+        [
+            "ssh-keygen",
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            f"sparktui-lab-{lab.id}",
+            "-f",
+            str(lab.key_path),
+        ]
+    )
     pub = lab.key_path.with_suffix(".pub").read_text()
     for n in lab.nodes:
         nodemod.prepare(lab, n, pub)
@@ -121,19 +159,25 @@ def _bring_up(lab: Lab, spec: imagemod.ImageSpec, log: Log, t0: float) -> None:
         log(f"{lab.id}: image {spec.tag} in every node {time.monotonic() - t0:.1f}s")
         raymod.start(lab)
         table = raymod.wait_alive(lab)
-        log(f"{lab.id}: Ray alive on {raymod.alive_addresses(table)} "
-            f"{time.monotonic() - t0:.1f}s")
+        log(f"{lab.id}: Ray alive on {raymod.alive_addresses(table)} {time.monotonic() - t0:.1f}s")
     labconfig.write(lab)
     lab.save()
 
 
 def import_image(lab: Lab, tar, spec: imagemod.ImageSpec) -> None:
     """`docker import` the cached tarball into every node, in parallel."""
+
     def one(n) -> None:
         with open(tar, "rb") as fh:
-            run(nodemod.nsenter_argv(n, ["docker", "import", *imagemod.import_args(spec), "-",
-                                         spec.tag]), stdin=fh, timeout=600,
-                env=proc.clean_env())
+            run(
+                nodemod.nsenter_argv(
+                    n, ["docker", "import", *imagemod.import_args(spec), "-", spec.tag]
+                ),
+                stdin=fh,
+                timeout=600,
+                env=proc.clean_env(),
+            )
+
     with ThreadPoolExecutor(len(lab.nodes)) as pool:
         list(pool.map(one, lab.nodes))
 
@@ -171,29 +215,49 @@ def gc(log: Log = _stderr) -> list[str]:
 
 def status(lab: Lab) -> dict:
     """Per node: init running, sshd/dockerd PIDs, container state; Ray table if any."""
-    out: dict = {"id": lab.id, "pin": lab.pin, "config": str(lab.config_path),
-                 "image": lab.image, "nodes": []}
+    out: dict = {
+        "id": lab.id,
+        "pin": lab.pin,
+        "config": str(lab.config_path),
+        "image": lab.image,
+        "nodes": [],
+    }
     for n in lab.nodes:
         running = nodemod.is_ours(n, n.init_pid)
-        info = {"name": n.name, "role": n.role, "netns": n.netns, "ext_ip": n.ext_ip,
-                "ic_ip": n.ic_ip, "init_pid": n.init_pid, "running": running}
+        info = {
+            "name": n.name,
+            "role": n.role,
+            "netns": n.netns,
+            "ext_ip": n.ext_ip,
+            "ic_ip": n.ic_ip,
+            "init_pid": n.init_pid,
+            "running": running,
+        }
         if running:
             info["sshd"] = nodemod.daemon_pids(n, "sshd")
             info["dockerd"] = nodemod.daemon_pids(n, "dockerd")
             if lab.ray:
-                cp = nodemod.exec_(n, ["docker", "inspect", "-f", "{{.State.Status}}",
-                                       lab.container], check=False, timeout=20)
+                cp = nodemod.exec_(
+                    n,
+                    ["docker", "inspect", "-f", "{{.State.Status}}", lab.container],
+                    check=False,
+                    timeout=20,
+                )
                 info["container"] = cp.stdout.strip() or "absent"
         out["nodes"].append(info)
     if lab.ray and nodemod.is_ours(lab.head, lab.head.init_pid):
         try:
-            out["ray"] = [{"address": r["NodeManagerAddress"], "alive": r["Alive"],
-                           "head": "node:__internal_head__" in r.get("Resources", {})}
-                          for r in raymod.node_table(lab, timeout=30)]
+            out["ray"] = [
+                {
+                    "address": r["NodeManagerAddress"],
+                    "alive": r["Alive"],
+                    "head": "node:__internal_head__" in r.get("Resources", {}),
+                }
+                for r in raymod.node_table(lab, timeout=30)
+            ]
         except LabError as e:
             out["ray_error"] = str(e).splitlines()[0]
-    out["leftovers"] = network.leftovers(lab) if not any(
-        i["running"] for i in out["nodes"]) else []
+    out["leftovers"] = network.leftovers(lab) if not any(i["running"] for i in out["nodes"]) else []
     return out
 
 

@@ -76,8 +76,9 @@ def create(lab: Lab) -> None:
         ]
     host += [f"link set {lab.ext_bridge} up", f"link set {lab.ic_bridge} up"]
     _ip_batch(host)
-    for name in [lab.ext_bridge, lab.ic_bridge] + [v for n in lab.nodes
-                                                   for v in (n.host_ext_veth, n.host_ic_veth)]:
+    for name in [lab.ext_bridge, lab.ic_bridge] + [
+        v for n in lab.nodes for v in (n.host_ext_veth, n.host_ic_veth)
+    ]:
         _sysctl_off_v6(name)
     for n in lab.nodes:
         _configure_node(lab, n)
@@ -85,14 +86,17 @@ def create(lab: Lab) -> None:
 
 
 def _configure_node(lab: Lab, n: Node) -> None:
-    _ip_batch([
-        "link set lo up",
-        f"addr add {n.ext_ip}/24 dev {EXT_IF}",
-        f"addr add {n.ic_ip}/24 dev {IC_IF}",
-        f"link set {EXT_IF} up",
-        f"link set {IC_IF} up",
-        f"route add default via {lab.jump_ip} dev {EXT_IF}",
-    ], netns=n.netns)
+    _ip_batch(
+        [
+            "link set lo up",
+            f"addr add {n.ext_ip}/24 dev {EXT_IF}",
+            f"addr add {n.ic_ip}/24 dev {IC_IF}",
+            f"link set {EXT_IF} up",
+            f"link set {IC_IF} up",
+            f"route add default via {lab.jump_ip} dev {EXT_IF}",
+        ],
+        netns=n.netns,
+    )
     for ifname in (EXT_IF, IC_IF):
         _sysctl_off_v6(ifname, n.netns)
     run(["ip", "netns", "exec", n.netns, "iptables-restore"], input=GUARD_RULES)
@@ -117,8 +121,13 @@ def host_rules(lab: Lab) -> list[str]:
     """This lab's rules in the host's filter table, as `iptables -S` lines."""
     out = run(["iptables", "-w", "-S"]).stdout.splitlines()
     tag = comment(lab)
-    return [line for line in out if f'--comment "{tag}"' in line or f"--comment {tag} " in line
-            or line.endswith(f"--comment {tag}")]
+    return [
+        line
+        for line in out
+        if f'--comment "{tag}"' in line
+        or f"--comment {tag} " in line
+        or line.endswith(f"--comment {tag}")
+    ]
 
 
 def remove_host_rules(lab: Lab) -> None:
@@ -149,8 +158,9 @@ def destroy(lab: Lab) -> None:
 def leftovers(lab: Lab) -> list[str]:
     """Kernel objects of this lab that still exist (empty after a clean `down`)."""
     left = [f"netns {n.netns}" for n in lab.nodes if os.path.exists(f"/run/netns/{n.netns}")]
-    links = [lab.ext_bridge, lab.ic_bridge] + [v for n in lab.nodes
-                                               for v in (n.host_ext_veth, n.host_ic_veth)]
+    links = [lab.ext_bridge, lab.ic_bridge] + [
+        v for n in lab.nodes for v in (n.host_ext_veth, n.host_ic_veth)
+    ]
     left += [f"link {x}" for x in links if os.path.exists(f"/sys/class/net/{x}")]
     left += [f"rule {r}" for r in host_rules(lab)]
     return left
@@ -158,8 +168,11 @@ def leftovers(lab: Lab) -> list[str]:
 
 def set_link(lab: Lab, node: Node, which: str, up: bool) -> None:
     """Pull or replug a node's cable: the host end of its veth goes down/up (carrier)."""
-    veths = {"ic": [node.host_ic_veth], "ext": [node.host_ext_veth],
-             "both": [node.host_ext_veth, node.host_ic_veth]}
+    veths = {
+        "ic": [node.host_ic_veth],
+        "ext": [node.host_ext_veth],
+        "both": [node.host_ext_veth, node.host_ic_veth],
+    }
     if which not in veths:
         raise ValueError(f"link must be 'ic', 'ext' or 'both', not {which!r}")
     for veth in veths[which]:

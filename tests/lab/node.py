@@ -96,11 +96,17 @@ def prepare(lab: Lab, n: Node, authorized_key: str) -> None:
     for sub in ("home/.ssh", "tmp", "log", "sbin", "etc", "bin", "ssh", "docker"):
         (d / sub).mkdir(parents=True, exist_ok=True)
     os.chmod(d / "tmp", 0o1777)
-    fmt = {"name": n.name, "dir": str(d), "path": NODE_PATH, "port": n.ssh_port,
-           # on tmpfs the node's images and containers vanish with it (down in ~1 s, not the
-           # many seconds rm -rf of overlay2 takes)
-           "docker_mount": f"mount -t tmpfs -o mode=711 tmpfs {d}/docker"
-           if lab.docker_tmpfs else "# docker data on disk"}
+    fmt = {
+        "name": n.name,
+        "dir": str(d),
+        "path": NODE_PATH,
+        "port": n.ssh_port,
+        # on tmpfs the node's images and containers vanish with it (down in ~1 s, not the
+        # many seconds rm -rf of overlay2 takes)
+        "docker_mount": f"mount -t tmpfs -o mode=711 tmpfs {d}/docker"
+        if lab.docker_tmpfs
+        else "# docker data on disk",
+    }
     (d / "home/.bashrc").write_text(BASHRC)
     (d / "home/.profile").write_text('[ -n "$BASH_VERSION" ] && [ -f ~/.bashrc ] && . ~/.bashrc\n')
     (d / "home/.ssh/authorized_keys").write_text(authorized_key)
@@ -117,8 +123,20 @@ def prepare(lab: Lab, n: Node, authorized_key: str) -> None:
     (d / "ssh/sshd_config").write_text(SSHD_CONFIG.format(**fmt))
     key = d / "ssh/ssh_host_ed25519_key"
     if not key.exists():
-        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{n.name}@{lab.id}",
-             "-f", str(key)])
+        run(
+            [
+                "ssh-keygen",
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                f"{n.name}@{lab.id}",
+                "-f",
+                str(key),
+            ]
+        )
     install_gpu(lab, n)
 
 
@@ -130,6 +148,7 @@ def install_gpu(lab: Lab, n: Node) -> None:
         os.chmod(sbin / name, 0o755)
     shutil.copyfile(FIXTURES / "h200_busy_q.xml", sbin / "nvidia-smi-h200.xml")
     from tests.lab.gpu_state import write_state  # local import: avoids a cycle at import time
+
     state_file = sbin / "nvidia-smi.json"
     if not state_file.exists():
         write_state(state_file, lab.gpu_mode, index=n.index)
@@ -147,11 +166,29 @@ def boot(n: Node) -> None:
     """Start the node: nsenter its netns, new PID/mount/UTS namespaces, tini as PID 1."""
     log = open(n.path / "log/node.log", "ab")
     p = subprocess.Popen(
-        ["nsenter", f"--net=/run/netns/{n.netns}", "unshare", "--pid", "--fork", "--mount",
-         "--uts", "--propagation", "private", "--", "/usr/bin/docker-init", "--",
-         "/bin/sh", str(n.path / "boot.sh")],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=clean_env(),
-        start_new_session=True, cwd="/")
+        [
+            "nsenter",
+            f"--net=/run/netns/{n.netns}",
+            "unshare",
+            "--pid",
+            "--fork",
+            "--mount",
+            "--uts",
+            "--propagation",
+            "private",
+            "--",
+            "/usr/bin/docker-init",
+            "--",
+            "/bin/sh",
+            str(n.path / "boot.sh"),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        env=clean_env(),
+        start_new_session=True,
+        cwd="/",
+    )
     log.close()
     _POPENS[p.pid] = p
 
@@ -178,12 +215,17 @@ def wait_booted(n: Node, timeout: float = 90) -> None:
 
     def ready() -> bool:
         if not is_ours(n, n.init_pid):
-            raise LabError(f"node {n.name} died while booting: see {n.path}/log/node.log "
-                           f"and {n.path}/log/dockerd.log")
-        return (os.path.exists(f"{root}/run/lab-booted") and os.path.exists(f"{root}/run/sshd.pid")
-                and os.path.exists(f"{root}/run/docker.sock")
-                and exec_(n, ["docker", "version", "-f", "{{.Server.Version}}"],
-                          check=False).returncode == 0)
+            raise LabError(
+                f"node {n.name} died while booting: see {n.path}/log/node.log "
+                f"and {n.path}/log/dockerd.log"
+            )
+        return (
+            os.path.exists(f"{root}/run/lab-booted")
+            and os.path.exists(f"{root}/run/sshd.pid")
+            and os.path.exists(f"{root}/run/docker.sock")
+            and exec_(n, ["docker", "version", "-f", "{{.Server.Version}}"], check=False).returncode
+            == 0
+        )
 
     proc.wait_for(ready, timeout, 0.1, f"node {n.name} (sshd, dockerd)")
 
@@ -192,15 +234,33 @@ def nsenter_argv(n: Node, argv: Sequence[str], wd: str = "/root") -> list[str]:
     """argv that runs `argv` inside the node (its net, mount, UTS and PID namespaces)."""
     if not is_ours(n, n.init_pid):
         raise LabError(f"node {n.name} is not running")
-    return ["nsenter", "-t", str(n.init_pid), "--net", "--mount", "--uts", "--pid",
-            f"--wd={wd}", "--", *argv]
+    return [
+        "nsenter",
+        "-t",
+        str(n.init_pid),
+        "--net",
+        "--mount",
+        "--uts",
+        "--pid",
+        f"--wd={wd}",
+        "--",
+        *argv,
+    ]
 
 
-def exec_(n: Node, argv: Sequence[str], *, check: bool = True, input: str | bytes | None = None,
-          timeout: float | None = 120, text: bool = True) -> subprocess.CompletedProcess:
+def exec_(
+    n: Node,
+    argv: Sequence[str],
+    *,
+    check: bool = True,
+    input: str | bytes | None = None,
+    timeout: float | None = 120,
+    text: bool = True,
+) -> subprocess.CompletedProcess:
     """Run argv inside the node as root (like a root shell on the node), capture output."""
-    return run(nsenter_argv(n, argv), check=check, input=input, timeout=timeout,
-               env=clean_env(), text=text)
+    return run(
+        nsenter_argv(n, argv), check=check, input=input, timeout=timeout, env=clean_env(), text=text
+    )
 
 
 def kill(n: Node, timeout: float = 15) -> None:
@@ -221,8 +281,11 @@ def daemon_pids(n: Node, name: str) -> list[int]:
     if not is_ours(n, n.init_pid):
         return []
     marker = {"sshd": str(n.path / "ssh/sshd_config"), "dockerd": str(n.path / "docker")}[name]
-    return [p for p in proc.children(n.init_pid)
-            if proc.comm(p) == name and any(marker in a for a in proc.cmdline(p))]
+    return [
+        p
+        for p in proc.children(n.init_pid)
+        if proc.comm(p) == name and any(marker in a for a in proc.cmdline(p))
+    ]
 
 
 def start_daemon(n: Node, name: str) -> None:

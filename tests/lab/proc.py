@@ -18,21 +18,41 @@ class LabError(RuntimeError):
 
 def clean_env(**extra: str) -> dict[str, str]:
     """A minimal environment for node-side commands (no pyenv, no host PATH)."""
-    env = {"PATH": NODE_PATH, "HOME": "/root", "LANG": "C.UTF-8", "USER": "root",
-           "LOGNAME": "root", "SHELL": "/bin/bash"}
+    env = {
+        "PATH": NODE_PATH,
+        "HOME": "/root",
+        "LANG": "C.UTF-8",
+        "USER": "root",
+        "LOGNAME": "root",
+        "SHELL": "/bin/bash",
+    }
     env.update(extra)
     return env
 
 
-def run(argv: Sequence[str], *, check: bool = True, input: str | bytes | None = None,
-        timeout: float | None = 120, env: dict[str, str] | None = None,
-        text: bool = True, stdin: Any = None) -> subprocess.CompletedProcess:
+def run(
+    argv: Sequence[str],
+    *,
+    check: bool = True,
+    input: str | bytes | None = None,
+    timeout: float | None = 120,
+    env: dict[str, str] | None = None,
+    text: bool = True,
+    stdin: Any = None,
+) -> subprocess.CompletedProcess:
     """Run argv, capture output; on failure raise LabError with the command and its stderr."""
     if isinstance(input, str) and not text:
         input = input.encode()
     try:
-        cp = subprocess.run(list(argv), input=input, capture_output=True, text=text,
-                            timeout=timeout, env=env, stdin=stdin)
+        cp = subprocess.run(
+            list(argv),
+            input=input,
+            capture_output=True,
+            text=text,
+            timeout=timeout,
+            env=env,
+            stdin=stdin,
+        )
     except subprocess.TimeoutExpired as e:
         raise LabError(f"timed out after {timeout}s: {' '.join(argv)}") from e
     if check and cp.returncode != 0:
@@ -105,8 +125,11 @@ def alive(pid: int) -> bool:
 
 def find(root: int, name: str, arg: str | None = None) -> list[int]:
     """Live descendants of `root` whose comm is `name` (and whose cmdline has `arg`)."""
-    return [p for p in descendants(root) if comm(p) == name and alive(p)
-            and (arg is None or any(arg in a for a in cmdline(p)))]
+    return [
+        p
+        for p in descendants(root)
+        if comm(p) == name and alive(p) and (arg is None or any(arg in a for a in cmdline(p)))
+    ]
 
 
 def kill(pid: int, sig: int = signal.SIGTERM) -> bool:

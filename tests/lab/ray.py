@@ -37,8 +37,15 @@ def container_env(node: Node) -> dict[str, str]:
 def ray_start_args(lab: Lab, node: Node, pin: str | None = None) -> list[str]:
     pin = pin or lab.pin
     if node.role == "head":
-        args = ["ray", "start", "--block", "--head", "--port", str(lab.ray_port),
-                "--include-dashboard=false"]  # ~0.3 GB less per lab on a 2-core machine
+        args = [
+            "ray",
+            "start",
+            "--block",
+            "--head",
+            "--port",
+            str(lab.ray_port),
+            "--include-dashboard=false",
+        ]  # ~0.3 GB less per lab on a 2-core machine
         pinned = pin == "all"
     else:
         args = ["ray", "start", "--block", "--address", f"{lab.head.ic_ip}:{lab.ray_port}"]
@@ -54,8 +61,17 @@ def run_argv(lab: Lab, node: Node, pin: str | None = None) -> list[str]:
     if not lab.image:
         raise LabError(f"lab {lab.id} has no image (brought up with --no-ray?)")
     env = [a for k, v in container_env(node).items() for a in ("-e", f"{k}={v}")]
-    return ["docker", "run", "-d", "--name", lab.container, *RUN_ARGS, *env, lab.image,
-            *ray_start_args(lab, node, pin)]
+    return [
+        "docker",
+        "run",
+        "-d",
+        "--name",
+        lab.container,
+        *RUN_ARGS,
+        *env,
+        lab.image,
+        *ray_start_args(lab, node, pin),
+    ]
 
 
 def start_node(lab: Lab, node: Node, pin: str | None = None) -> None:
@@ -72,9 +88,11 @@ def start(lab: Lab, pin: str | None = None) -> None:
 
 def stop(lab: Lab) -> None:
     """Remove the Ray containers on every running node."""
+
     def rm(n: Node) -> None:
         if nodemod.is_ours(n, n.init_pid):
             nodemod.exec_(n, ["docker", "rm", "-f", lab.container], check=False, timeout=60)
+
     with ThreadPoolExecutor(len(lab.nodes)) as pool:
         list(pool.map(rm, lab.nodes))
 
@@ -82,11 +100,12 @@ def stop(lab: Lab) -> None:
 def node_table(lab: Lab, via: Node | None = None, timeout: float = 60) -> list[dict]:
     """The real Ray node table (`ray.nodes()`), read inside the head's container."""
     via = via or lab.head
-    cp = nodemod.exec_(via, ["docker", "exec", lab.container, "python3", "-c", NODES_SCRIPT],
-                       timeout=timeout)
+    cp = nodemod.exec_(
+        via, ["docker", "exec", lab.container, "python3", "-c", NODES_SCRIPT], timeout=timeout
+    )
     for line in cp.stdout.splitlines():
         if line.startswith("@@NODES@@"):
-            return json.loads(line[len("@@NODES@@"):])
+            return json.loads(line[len("@@NODES@@") :])
     raise LabError(f"no node table in output: {cp.stdout[-500:]} {cp.stderr[-500:]}")
 
 
@@ -106,7 +125,10 @@ def wait_alive(lab: Lab, timeout: float = 300) -> list[dict]:
     try:
         return wait_for(ready, timeout, 0.5, f"{len(lab.nodes)} alive Ray nodes")
     except LabError as e:
-        logs = nodemod.exec_(lab.head, ["docker", "logs", "--tail", "30", lab.container],
-                             check=False)
-        raise LabError(f"{e} after {time.monotonic() - t0:.0f}s; head container log:\n"
-                       f"{logs.stdout[-3000:]}{logs.stderr[-3000:]}") from None
+        logs = nodemod.exec_(
+            lab.head, ["docker", "logs", "--tail", "30", lab.container], check=False
+        )
+        raise LabError(
+            f"{e} after {time.monotonic() - t0:.0f}s; head container log:\n"
+            f"{logs.stdout[-3000:]}{logs.stderr[-3000:]}"
+        ) from None

@@ -110,6 +110,7 @@ class Lab:
     def exec(self, node: str | Node, argv: list[str], **kw):
         """Run argv as root inside the node (nsenter; no ssh). kw: check, input, timeout."""
         from tests.lab.node import exec_
+
         return exec_(self.node(node), argv, **kw)
 
     def sh(self, node: str | Node, script: str, **kw):
@@ -119,14 +120,30 @@ class Lab:
     def ssh_argv(self, node: str | Node, *command: str) -> list[str]:
         """A real `ssh` command line to the node's external IP with the lab's key/known_hosts."""
         n = self.node(node)
-        return ["ssh", "-F", "/dev/null", "-i", str(self.key_path),
-                "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "StrictHostKeyChecking=yes",
-                "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-p", str(n.ssh_port),
-                f"root@{n.ext_ip}", *command]
+        return [
+            "ssh",
+            "-F",
+            "/dev/null",
+            "-i",
+            str(self.key_path),
+            "-o",
+            f"UserKnownHostsFile={self.known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=5",
+            "-p",
+            str(n.ssh_port),
+            f"root@{n.ext_ip}",
+            *command,
+        ]
 
     def ssh(self, node: str | Node, command: str, check: bool = True, timeout: float = 60):
         """Run a shell command on the node over real ssh."""
         from tests.lab.proc import run
+
         return run(self.ssh_argv(node, command), check=check, timeout=timeout)
 
     def docker(self, node: str | Node, *args: str, check: bool = True, timeout: float = 120):
@@ -156,8 +173,9 @@ class Lab:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
 
-    def append_line(self, node: str | Node, path: str, line: str,
-                    container: str | None = None) -> None:
+    def append_line(
+        self, node: str | Node, path: str, line: str, container: str | None = None
+    ) -> None:
         """Append `line` (+ newline) to a file on the node, or inside one of its containers."""
         if container is None:
             p = self.host_path(node, path)
@@ -166,25 +184,49 @@ class Lab:
                 fh.write(line + "\n")
                 fh.flush()
             return
-        self.exec(node, ["docker", "exec", "-i", container, "sh", "-c",
-                         'mkdir -p "$(dirname "$1")" && cat >> "$1"', "sh", path],
-                  input=line + "\n")
+        self.exec(
+            node,
+            [
+                "docker",
+                "exec",
+                "-i",
+                container,
+                "sh",
+                "-c",
+                'mkdir -p "$(dirname "$1")" && cat >> "$1"',
+                "sh",
+                path,
+            ],
+            input=line + "\n",
+        )
 
     def ray_nodes(self) -> list[dict]:
         """The real Ray node table, read in the head's container."""
         from tests.lab.ray import node_table
+
         return node_table(self)
 
-    def set_gpu_mode(self, node: str | Node, mode: str,
-                     apps: list[tuple[int, str, int]] | tuple = (), utilization: int = 0) -> None:
+    def set_gpu_mode(
+        self,
+        node: str | Node,
+        mode: str,
+        apps: list[tuple[int, str, int]] | tuple = (),
+        utilization: int = 0,
+    ) -> None:
         """What the node's nvidia-smi reports: "gb10" or "h200", and its compute apps.
 
         Containers started later get the new state (the hook copies it in at start).
         """
         from tests.lab.gpu_state import write_state
+
         n = self.node(node)
-        write_state(n.path / "sbin" / "nvidia-smi.json", mode, index=n.index, apps=apps,
-                    utilization=utilization)
+        write_state(
+            n.path / "sbin" / "nvidia-smi.json",
+            mode,
+            index=n.index,
+            apps=apps,
+            utilization=utilization,
+        )
 
     # ------------------------------------------------------------------ persistence
     def save(self) -> None:
@@ -205,12 +247,19 @@ def new_lab(k: int, n_nodes: int) -> Lab:
     lab_id = f"{PREFIX}{k}"
     lab = Lab(id=lab_id, k=k, dir=str(STATE_ROOT / lab_id))
     for i in range(1, n_nodes + 1):
-        lab.nodes.append(Node(
-            name=f"spark-{i}", index=i, role="head" if i == 1 else "worker",
-            netns=f"{lab_id}n{i}", ext_ip=f"198.18.{k}.{10 + i}", ic_ip=f"198.19.{k}.{10 + i}",
-            host_ext_veth=f"{lab_id}n{i}e", host_ic_veth=f"{lab_id}n{i}i",
-            dir=str(STATE_ROOT / lab_id / "nodes" / f"spark-{i}"),
-        ))
+        lab.nodes.append(
+            Node(
+                name=f"spark-{i}",
+                index=i,
+                role="head" if i == 1 else "worker",
+                netns=f"{lab_id}n{i}",
+                ext_ip=f"198.18.{k}.{10 + i}",
+                ic_ip=f"198.19.{k}.{10 + i}",
+                host_ext_veth=f"{lab_id}n{i}e",
+                host_ic_veth=f"{lab_id}n{i}i",
+                dir=str(STATE_ROOT / lab_id / "nodes" / f"spark-{i}"),
+            )
+        )
     return lab
 
 
@@ -218,9 +267,10 @@ def lab_ids() -> list[str]:
     """Ids of every lab with a state dir on this machine (any owner)."""
     if not STATE_ROOT.is_dir():
         return []
-    return sorted((p.name for p in STATE_ROOT.iterdir()
-                   if ID_RE.match(p.name) and (p / "lab.json").exists()),
-                  key=lambda s: int(s[len(PREFIX):]))
+    return sorted(
+        (p.name for p in STATE_ROOT.iterdir() if ID_RE.match(p.name) and (p / "lab.json").exists()),
+        key=lambda s: int(s[len(PREFIX) :]),
+    )
 
 
 @contextmanager

@@ -162,7 +162,7 @@ if not any(isinstance(f, _PatchFinder) for f in sys.meta_path):
 PTH = "import sparklab_vllm_hook\n"
 
 # Run with the venv's python: $1 = output directory. ~4 s.
-MODEL_SCRIPT = r'''
+MODEL_SCRIPT = r"""
 import json, sys
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -199,7 +199,7 @@ model = LlamaForCausalLM(cfg).to(torch.bfloat16)
 model.save_pretrained(out)
 print(json.dumps({"tokenizer_vocab": len(fast),
                   "params": sum(p.numel() for p in model.parameters())}))
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -231,12 +231,9 @@ class Artifacts:
 def key() -> str:
     """Hash of what goes into the venv and the model (not the hook: it is rewritten in place)."""
     h = hashlib.sha256()
-    h.update(json.dumps([RECIPE_REVISION, PIP, PIP_UNINSTALL, VLLM_VERSION,
-                         MODEL_SCRIPT]).encode())
+    h.update(json.dumps([RECIPE_REVISION, PIP, PIP_UNINSTALL, VLLM_VERSION, MODEL_SCRIPT]).encode())
     h.update(run([PYTHON, "-c", "import sys; print(sys.version)"]).stdout.encode())
     return h.hexdigest()[:12]
-
-
 
 
 def _du(path: Path) -> int:
@@ -258,8 +255,9 @@ def _install_hook(art: Artifacts) -> None:
     stub.mkdir(exist_ok=True)
     # the `vllm` console script looks up the distribution "vllm"; platform detection wants
     # "cpu" in its version
-    _write_if_changed(stub / "METADATA",
-                      f"Metadata-Version: 2.1\nName: vllm\nVersion: {VLLM_VERSION}\n")
+    _write_if_changed(
+        stub / "METADATA", f"Metadata-Version: 2.1\nName: vllm\nVersion: {VLLM_VERSION}\n"
+    )
     _write_if_changed(stub / "INSTALLER", "sparktui-lab\n")
 
 
@@ -274,7 +272,7 @@ def _host_libs(venv: Path) -> list[str]:
                     files.append(p)
     libs: set[str] = set()
     for i in range(0, len(files), 64):
-        out = run(["ldd", *files[i:i + 64]], check=False, timeout=120).stdout
+        out = run(["ldd", *files[i : i + 64]], check=False, timeout=120).stdout
         for m in imagemod.LDD_LINE.finditer(out):
             lib = m.group(1)
             if not lib.startswith(str(venv)) and os.path.exists(lib):
@@ -306,14 +304,23 @@ def _build(art: Artifacts, log: Log) -> None:
     t_pip = time.monotonic() - t0
     run([*pip, "uninstall", "-y", *PIP_UNINSTALL], check=False, timeout=600)
     _install_hook(art)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               TORCHDYNAMO_DISABLE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
-    cp = run([str(art.venv / "bin/python"), "-c", MODEL_SCRIPT, str(art.model)], env=env,
-             timeout=600)
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TORCHDYNAMO_DISABLE="1",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+    )
+    cp = run(
+        [str(art.venv / "bin/python"), "-c", MODEL_SCRIPT, str(art.model)], env=env, timeout=600
+    )
     model_info = json.loads(cp.stdout.strip().splitlines()[-1])
     # the venv must import what the nodes will import: vllm with the hook applied
-    check = ("import ray, vllm.platforms.cpu as c, vllm.v1.executor.ray_utils; "
-             "assert c.CpuPlatform.ray_device_key == 'GPU', 'hook not applied'")
+    check = (
+        "import ray, vllm.platforms.cpu as c, vllm.v1.executor.ray_utils; "
+        "assert c.CpuPlatform.ray_device_key == 'GPU', 'hook not applied'"
+    )
     run([str(art.venv / "bin/python"), "-c", check], env=env, timeout=600)
     info = {
         "built_at": time.time(),
@@ -326,23 +333,33 @@ def _build(art: Artifacts, log: Log) -> None:
         "host_libs": _host_libs(art.venv),
     }
     art.stamp.write_text(json.dumps(info, indent=2) + "\n")
-    log(f"vllm: built in {info['build_seconds']}s (pip {info['pip_seconds']}s), venv "
-        f"{info['venv_bytes'] / 2**30:.2f} GiB, model {info['model_bytes'] / 2**20:.1f} MiB")
+    log(
+        f"vllm: built in {info['build_seconds']}s (pip {info['pip_seconds']}s), venv "
+        f"{info['venv_bytes'] / 2**30:.2f} GiB, model {info['model_bytes'] / 2**20:.1f} MiB"
+    )
 
 
 # ------------------------------------------------------------------------- the node image
 
+
 def image_spec(art: Artifacts) -> imagemod.ImageSpec:
     """The lab's Ray image plus lscpu and the host libraries the venv loads."""
     base = imagemod.RAY_IMAGE
-    extra = tuple(dict.fromkeys((*base.extra_bins, "/usr/bin/lscpu",
-                                 *art.info()["host_libs"])))
-    return imagemod.ImageSpec(name="vllm", pip=base.pip, pip_uninstall=base.pip_uninstall,
-                              env=base.env, files=base.files, python=base.python,
-                              extra_bins=extra, pip_args=base.pip_args)
+    extra = tuple(dict.fromkeys((*base.extra_bins, "/usr/bin/lscpu", *art.info()["host_libs"])))
+    return imagemod.ImageSpec(
+        name="vllm",
+        pip=base.pip,
+        pip_uninstall=base.pip_uninstall,
+        env=base.env,
+        files=base.files,
+        python=base.python,
+        extra_bins=extra,
+        pip_args=base.pip_args,
+    )
 
 
 # ------------------------------------------------------------------------- the lab's config
+
 
 def container_env(art: Artifacts) -> dict[str, str]:
     return {
@@ -363,35 +380,73 @@ def container_env(art: Artifacts) -> dict[str, str]:
 
 
 def run_args(art: Artifacts) -> list[str]:
-    return ["--gpus", "all", "--network", "host", "--shm-size", "1g",
-            "-v", f"{art.venv}:{art.venv}:ro", "-v", f"{art.model}:{art.model}:ro"]
+    return [
+        "--gpus",
+        "all",
+        "--network",
+        "host",
+        "--shm-size",
+        "1g",
+        "-v",
+        f"{art.venv}:{art.venv}:ro",
+        "-v",
+        f"{art.model}:{art.model}:ro",
+    ]
 
 
-VLLM_ARGS = ["--tensor-parallel-size", "2", "--distributed-executor-backend", "ray",
-             "--max-model-len", "512", "--enforce-eager", "--served-model-name", SERVED_NAME,
-             "--max-num-seqs", "8"]
+VLLM_ARGS = [
+    "--tensor-parallel-size",
+    "2",
+    "--distributed-executor-backend",
+    "ray",
+    "--max-model-len",
+    "512",
+    "--enforce-eager",
+    "--served-model-name",
+    SERVED_NAME,
+    "--max-num-seqs",
+    "8",
+]
 RAY_ARGS = ["--num-gpus", "1", "--num-cpus", "1"]
 
 
-def config_dict(lab: Lab, art: Artifacts, env: dict[str, str] | None = None,
-                health_timeout: float = 420) -> dict:
+def config_dict(
+    lab: Lab, art: Artifacts, env: dict[str, str] | None = None, health_timeout: float = 420
+) -> dict:
     d = labconfig.config_dict(lab)
-    d["container"] = {"name": lab.container, "image": lab.image, "run_args": run_args(art),
-                      "env": {**container_env(art), **(env or {})}}
+    d["container"] = {
+        "name": lab.container,
+        "image": lab.image,
+        "run_args": run_args(art),
+        "env": {**container_env(art), **(env or {})},
+    }
     d["ray"] = {"port": lab.ray_port, "extra_args": list(RAY_ARGS)}
-    d["vllm"] = {"model": str(art.model), "args": list(VLLM_ARGS), "port": PORT,
-                 "log": "/tmp/sparktui/vllm.log", "health_timeout": health_timeout}
+    d["vllm"] = {
+        "model": str(art.model),
+        "args": list(VLLM_ARGS),
+        "port": PORT,
+        "log": "/tmp/sparktui/vllm.log",
+        "health_timeout": health_timeout,
+    }
     d["refresh_interval"] = 1.0
     return d
 
 
-def write_config(lab: Lab, path: Path, art: Artifacts | None = None,
-                 env: dict[str, str] | None = None, comment: str = "",
-                 **kw) -> Path:
+def write_config(
+    lab: Lab,
+    path: Path,
+    art: Artifacts | None = None,
+    env: dict[str, str] | None = None,
+    comment: str = "",
+    **kw,
+) -> Path:
     art = art or artifacts_of(lab)
-    text = (f"# sparktui config of vLLM lab {lab.id} (tests/lab/vllm.py){comment}\n"
-            + yaml.safe_dump(config_dict(lab, art, env, **kw), sort_keys=False,
-                             default_flow_style=None, width=100))
+    text = (
+        f"# sparktui config of vLLM lab {lab.id} (tests/lab/vllm.py){comment}\n"
+        + yaml.safe_dump(
+            config_dict(lab, art, env, **kw), sort_keys=False, default_flow_style=None, width=100
+        )
+    )
     path.write_text(text)
     return path
 
@@ -402,30 +457,39 @@ NATIVE_ARGS = [a for a in VLLM_ARGS if a not in ("--distributed-executor-backend
 NATIVE_TIMEOUT_ARGS = ["--distributed-timeout-seconds", "30"]
 
 
-def native_config_dict(lab: Lab, art: Artifacts, args: list[str] | None = None,
-                       health_timeout: float = 420) -> dict:
+def native_config_dict(
+    lab: Lab, art: Artifacts, args: list[str] | None = None, health_timeout: float = 420
+) -> dict:
     """The lab's config for the native backend: no `ray:` keys, `cluster.backend: native`."""
     d = config_dict(lab, art, health_timeout=health_timeout)
     d["cluster"] = {**d["cluster"], "backend": "native"}
     del d["ray"]
-    d["container"]["env"] = {k: v for k, v in d["container"]["env"].items()
-                             if not k.startswith(("RAY_", "VLLM_RAY_"))}
+    d["container"]["env"] = {
+        k: v for k, v in d["container"]["env"].items() if not k.startswith(("RAY_", "VLLM_RAY_"))
+    }
     d["vllm"]["args"] = list(args if args is not None else NATIVE_ARGS)
     return d
 
 
 def write_native_config(lab: Lab, path: Path, args: list[str] | None = None, **kw) -> Path:
     art = artifacts_of(lab)
-    text = (f"# sparktui config of vLLM lab {lab.id}: native multi-node mode, no Ray "
-            f"(tests/lab/vllm.py)\n"
-            + yaml.safe_dump(native_config_dict(lab, art, args, **kw), sort_keys=False,
-                             default_flow_style=None, width=100))
+    text = (
+        f"# sparktui config of vLLM lab {lab.id}: native multi-node mode, no Ray "
+        f"(tests/lab/vllm.py)\n"
+        + yaml.safe_dump(
+            native_config_dict(lab, art, args, **kw),
+            sort_keys=False,
+            default_flow_style=None,
+            width=100,
+        )
+    )
     path.write_text(text)
     return path
 
 
-def operator_serve_native(lab: Lab, cfg_path: Path,
-                          master_addr: dict[str, str] | None = None) -> None:
+def operator_serve_native(
+    lab: Lab, cfg_path: Path, master_addr: dict[str, str] | None = None
+) -> None:
     """Start `vllm serve` on every node the way an operator's own launcher would: sparktui's
     exact per-node argv (native backend), with some nodes' --master-addr changed."""
     from sparktui.config import load
@@ -438,9 +502,21 @@ def operator_serve_native(lab: Lab, cfg_path: Path,
         wrong = (master_addr or {}).get(ncfg.name)
         if wrong:
             argv[argv.index("--master-addr") + 1] = wrong
-        nodemod.exec_(lab.node(ncfg.name), ["docker", "exec", "-d", ncfg.container.name,
-                                            "sh", "-c", SERVE_SCRIPT, "sh", cfg.vllm.log,
-                                            *argv])
+        nodemod.exec_(
+            lab.node(ncfg.name),
+            [
+                "docker",
+                "exec",
+                "-d",
+                ncfg.container.name,
+                "sh",
+                "-c",
+                SERVE_SCRIPT,
+                "sh",
+                cfg.vllm.log,
+                *argv,
+            ],
+        )
 
 
 def artifacts_of(lab: Lab) -> Artifacts:
@@ -464,21 +540,25 @@ def install(lab: Lab, log: Log = _stderr) -> Artifacts:
     lab.image = spec.tag
     lab.save()
     import_image(lab, tar, spec)
-    (lab.path / "vllm.json").write_text(json.dumps({"root": str(art.root), "image": spec.tag,
-                                                    "image_tar": str(tar)}) + "\n")
+    (lab.path / "vllm.json").write_text(
+        json.dumps({"root": str(art.root), "image": spec.tag, "image_tar": str(tar)}) + "\n"
+    )
     write_config(lab, lab.config_path, art, comment=f" pin={lab.pin}")
-    log(f"{lab.id}: vLLM image {spec.tag} in every node, config {lab.config_path} "
-        f"({time.monotonic() - t0:.1f}s)")
+    log(
+        f"{lab.id}: vLLM image {spec.tag} in every node, config {lab.config_path} "
+        f"({time.monotonic() - t0:.1f}s)"
+    )
     return art
 
 
 # ------------------------------------------------------------------------- helpers for tests
 
+
 def host_log_path(lab: Lab, node: str | Node, path: str = "/tmp/sparktui/vllm.log") -> Path:
     """A file of the node's /tmp as the host sees it (the node's /tmp is its own dir)."""
     n = lab.node(node)
     if path.startswith("/tmp/"):
-        return n.path / "tmp" / path[len("/tmp/"):]
+        return n.path / "tmp" / path[len("/tmp/") :]
     return lab.host_path(n, path)
 
 
@@ -498,8 +578,10 @@ def operator_start(lab: Lab, cfg_path: Path, env_override: dict[str, dict[str, s
                     argv[i + 1] = f"{name}={value}"
                     break
             else:
-                argv[argv.index(ncfg.container.image):argv.index(ncfg.container.image)] = [
-                    "-e", f"{name}={value}"]
+                argv[argv.index(ncfg.container.image) : argv.index(ncfg.container.image)] = [
+                    "-e",
+                    f"{name}={value}",
+                ]
         node = lab.node(ncfg.name)
         nodemod.exec_(node, ["docker", "rm", "-f", ncfg.container.name], check=False)
         if ncfg.role == "head":
@@ -509,6 +591,7 @@ def operator_start(lab: Lab, cfg_path: Path, env_override: dict[str, dict[str, s
 
 def image_bytes(lab: Lab) -> int:
     """Size of the lab's image in the head's dockerd."""
-    out = nodemod.exec_(lab.head, ["docker", "image", "inspect", "-f", "{{.Size}}",
-                                   lab.image or ""]).stdout
+    out = nodemod.exec_(
+        lab.head, ["docker", "image", "inspect", "-f", "{{.Size}}", lab.image or ""]
+    ).stdout
     return int(out.strip())

@@ -22,11 +22,12 @@ def ic_ip(i: int) -> str:
     return f"192.168.200.{11 + i}"
 
 
-def cluster_config(nodes: int, log_path: str = "/tmp/sparktui-test/vllm.log"
-                   ) -> config_mod.Config:
+def cluster_config(nodes: int, log_path: str = "/tmp/sparktui-test/vllm.log") -> config_mod.Config:
     rows = "\n".join(
         f"  - {{name: spark-{i}, host: spark-{i}.lan, ip: {ic_ip(i)}, "
-        f"role: {'head' if i == 1 else 'worker'}}}" for i in range(1, nodes + 1))
+        f"role: {'head' if i == 1 else 'worker'}}}"
+        for i in range(1, nodes + 1)
+    )
     text = DEMO_CONFIG.format(log=log_path)
     head, rest = text.split("nodes:\n", 1)
     rest = rest.split("container:", 1)[1]
@@ -42,13 +43,25 @@ def node_states(nodes: int, tick: int = 0) -> list[NodeState]:
         n = NodeState(**{**vars(worker)})
         n.name, n.host, n.configured_ip = f"spark-{i}", f"spark-{i}.lan", ic_ip(i)
         n.env = {**worker.env, "VLLM_HOST_IP": ic_ip(i)}
-        n.interfaces = [type(f)(f.name, f.state, [ic_ip(i) if ip == worker.configured_ip
-                                                  else f"10.1.230.{179 + i}" if
-                                                  ip.startswith("10.") else ip
-                                                  for ip in f.ipv4])
-                        for f in worker.interfaces]
-        n.gpus = [type(g)(**{**vars(g), "utilization_pct": (i * 7) % 100,
-                             "power_w": 30.0 + i}) for g in worker.gpus]
+        n.interfaces = [
+            type(f)(
+                f.name,
+                f.state,
+                [
+                    ic_ip(i)
+                    if ip == worker.configured_ip
+                    else f"10.1.230.{179 + i}"
+                    if ip.startswith("10.")
+                    else ip
+                    for ip in f.ipv4
+                ],
+            )
+            for f in worker.interfaces
+        ]
+        n.gpus = [
+            type(g)(**{**vars(g), "utilization_pct": (i * 7) % 100, "power_w": 30.0 + i})
+            for g in worker.gpus
+        ]
         if nodes >= 8 and n.name == DOWN_NODE:
             n.reachable, n.error, n.containers, n.gpus = False, SSH_ERROR, [], []
             n.interfaces, n.env, n.mem_total_mib, n.mem_available_mib = [], {}, None, None
@@ -57,18 +70,36 @@ def node_states(nodes: int, tick: int = 0) -> list[NodeState]:
 
 
 def ray_nodes(nodes: int) -> list[RayNode]:
-    out = [RayNode("a3f9c1d2e4b5", "10.1.230.180", True, is_head=True, hostname="spark-1",
-                   gpus=1.0, cpus=20.0)]
+    out = [
+        RayNode(
+            "a3f9c1d2e4b5",
+            "10.1.230.180",
+            True,
+            is_head=True,
+            hostname="spark-1",
+            gpus=1.0,
+            cpus=20.0,
+        )
+    ]
     for i in range(2, nodes + 1):
-        out.append(RayNode(f"{i:012x}", ic_ip(i), not (nodes >= 8 and i == 5),
-                           hostname=f"spark-{i}", gpus=1.0, cpus=20.0))
+        out.append(
+            RayNode(
+                f"{i:012x}",
+                ic_ip(i),
+                not (nodes >= 8 and i == 5),
+                hostname=f"spark-{i}",
+                gpus=1.0,
+                cpus=20.0,
+            )
+        )
     return out
 
 
 class ClusterMonitor(Monitor):
     def __init__(self, cfg: config_mod.Config) -> None:
-        transports: dict[str, Transport] = {n.name: LocalTransport(n.name, read_only=True)
-                                            for n in cfg.nodes}
+        transports: dict[str, Transport] = {
+            n.name: LocalTransport(n.name, read_only=True) for n in cfg.nodes
+        }
         super().__init__(cfg, transports, read_only=True)
         self.count = len(cfg.nodes)
 
@@ -116,16 +147,19 @@ def _app(cfg: config_mod.Config, snapshot: ClusterSnapshot, theme: str):
     backend = TestBackend(cfg, snapshot)
     app = SparkApp(backend, theme=theme)
     for n in cfg.nodes:
-        app.main.history[n.name] = deque(HISTORY["spark-1" if n.role == "head" else "spark-2"],
-                                         maxlen=60)
+        app.main.history[n.name] = deque(
+            HISTORY["spark-1" if n.role == "head" else "spark-2"], maxlen=60
+        )
     return app, backend
 
 
 def plain_lines(n: int = 60) -> list[str]:
     """Log lines no knowledge-base pattern matches: the layout's snapshots do not move
     when the knowledge base learns something (its own tests cover that)."""
-    return [f"(EngineCore pid=4242) INFO 12-01 08:{i // 60:02d}:{i % 60:02d} layout line {i}"
-            for i in range(n)]
+    return [
+        f"(EngineCore pid=4242) INFO 12-01 08:{i // 60:02d}:{i % 60:02d} layout line {i}"
+        for i in range(n)
+    ]
 
 
 def plain_feeder(backend):

@@ -48,8 +48,9 @@ def feeder(backend: TestBackend):
         lines = seed_log_lines()
         backend.feed(lines)
         main = pilot.app.main
-        await wait_until(pilot, lambda: main.log_findings and backend.queue.empty(), 10,
-                         "the log diagnosed")
+        await wait_until(
+            pilot, lambda: main.log_findings and backend.queue.empty(), 10, "the log diagnosed"
+        )
         await shown(pilot, main.log_view, len(lines))
         await detail_follows(pilot)
         await pilot.wait_for_scheduled_animations()

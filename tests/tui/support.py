@@ -50,11 +50,13 @@ class FixedMonitor:
         self.cfg = cfg
         self.snap = snapshot
         self.refreshes = 0
-        self.transports = {n.name: RecordingTransport(n.name, read_only=read_only)
-                           for n in cfg.nodes}
+        self.transports = {
+            n.name: RecordingTransport(n.name, read_only=read_only) for n in cfg.nodes
+        }
 
-    async def refresh(self, wait: float | None = None, with_ray: bool | None = None
-                      ) -> ClusterSnapshot:
+    async def refresh(
+        self, wait: float | None = None, with_ray: bool | None = None
+    ) -> ClusterSnapshot:
         self.refreshes += 1
         return self.snap
 
@@ -66,12 +68,16 @@ class TestBackend(LiveBackend):
     __test__ = False
 
     def __init__(self, cfg, snapshot: ClusterSnapshot, *, read_only: bool = False) -> None:
-        super().__init__(cfg, read_only=read_only,
-                         monitor=FixedMonitor(cfg, snapshot, read_only or cfg.read_only))
+        super().__init__(
+            cfg,
+            read_only=read_only,
+            monitor=FixedMonitor(cfg, snapshot, read_only or cfg.read_only),
+        )
         self.queue: asyncio.Queue[tuple[str, list[str], list[str]]] = asyncio.Queue()
 
-    def feed(self, lines: list[str], node: str = "spark-1",
-             events: list[str] | None = None) -> None:
+    def feed(
+        self, lines: list[str], node: str = "spark-1", events: list[str] | None = None
+    ) -> None:
         self.queue.put_nowait((node, lines, events or []))
 
     async def follow_log(self) -> AsyncIterator[tuple[str, list[str], list[str]]]:
@@ -98,16 +104,19 @@ def seed_config(**overrides):
     return cfg
 
 
-async def wait_until(pilot, predicate: Callable[[], object], timeout: float = 5.0,
-                     what: str = "") -> float:
+async def wait_until(
+    pilot, predicate: Callable[[], object], timeout: float = 5.0, what: str = ""
+) -> float:
     """Let the app run, a frame at a time, until `predicate()` holds; fail after `timeout`
     seconds. Returns the seconds waited. The tests wait on what they are about to check
     (a message handled, a worker's result shown), never for a fixed time."""
     t0 = time.monotonic()
     while not predicate():
         if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for "
-                                 f"{what or getattr(predicate, '__name__', 'a condition')}")
+            raise AssertionError(
+                f"timed out after {timeout:g}s waiting for "
+                f"{what or getattr(predicate, '__name__', 'a condition')}"
+            )
         await pilot.pause()
     return time.monotonic() - t0
 
@@ -124,8 +133,11 @@ async def shown(pilot, view, count: int, timeout: float = 10.0) -> None:
     status = view.parent.query_one("#log-status")
 
     def synced() -> bool:
-        return (view.received >= count and view._sync_timer is None
-                and f"{len(view.entries)} lines" in str(status.render()))
+        return (
+            view.received >= count
+            and view._sync_timer is None
+            and f"{len(view.entries)} lines" in str(status.render())
+        )
 
     await wait_until(pilot, synced, timeout, f"{count} log lines in the pane")
 
@@ -137,13 +149,21 @@ async def detail_follows(pilot, timeout: float = 5.0) -> None:
 
     screen = pilot.app.main
     flist, detail = screen.query_one(FindingsList), screen.query_one(FindingDetail)
-    await wait_until(pilot, lambda: detail.finding is flist.selected, timeout,
-                     "the detail panel to show the selected finding")
+    await wait_until(
+        pilot,
+        lambda: detail.finding is flist.selected,
+        timeout,
+        "the detail panel to show the selected finding",
+    )
 
 
 async def log_applied(pilot, backend: TestBackend, timeout: float = 5.0) -> None:
     """Every batch fed so far has been handled by the screen (lines and stream events): the
     follower took it from the queue and the screen set `_log_applied` after applying it."""
     main = pilot.app.main
-    await wait_until(pilot, lambda: backend.queue.empty() and main._log_applied.is_set(),
-                     timeout, "the fed log batches applied")
+    await wait_until(
+        pilot,
+        lambda: backend.queue.empty() and main._log_applied.is_set(),
+        timeout,
+        "the fed log batches applied",
+    )

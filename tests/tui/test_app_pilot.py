@@ -27,12 +27,17 @@ from tests.tui.support import (
 SIZE = (160, 50)
 
 
-async def make_app(*, read_only: bool = False, theme: str | None = None, themes_dir=None,
-                   max_log_lines: int = 20000, **cfg_overrides) -> tuple[SparkApp, TestBackend]:
+async def make_app(
+    *,
+    read_only: bool = False,
+    theme: str | None = None,
+    themes_dir=None,
+    max_log_lines: int = 20000,
+    **cfg_overrides,
+) -> tuple[SparkApp, TestBackend]:
     cfg = seed_config(**cfg_overrides)
     backend = TestBackend(cfg, await seed_snapshot(cfg), read_only=read_only)
-    app = SparkApp(backend, theme=theme, user_themes_dir=themes_dir,
-                   max_log_lines=max_log_lines)
+    app = SparkApp(backend, theme=theme, user_themes_dir=themes_dir, max_log_lines=max_log_lines)
     return app, backend
 
 
@@ -71,16 +76,34 @@ async def test_footer_keys_and_help_list_every_action():
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot)
         keys = {b.binding.id: k for k, b in app.screen.active_bindings.items() if b.binding.id}
-        for action_id, key in (("teardown", "t"), ("restart", "r"), ("serve", "s"),
-                               ("preflight", "d"), ("filter", "slash"), ("findings", "f"),
-                               ("log", "l"), ("copy", "c"), ("help", "question_mark"),
-                               ("quit", "q")):
+        for action_id, key in (
+            ("teardown", "t"),
+            ("restart", "r"),
+            ("serve", "s"),
+            ("preflight", "d"),
+            ("filter", "slash"),
+            ("findings", "f"),
+            ("log", "l"),
+            ("copy", "c"),
+            ("help", "question_mark"),
+            ("quit", "q"),
+        ):
             assert keys.get(action_id) == key, action_id
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         text = plain(app.screen.query_one("#help-text", Static))
-        for action_id in ("teardown", "restart", "serve", "preflight", "filter", "findings",
-                          "log", "copy", "help", "quit"):
+        for action_id in (
+            "teardown",
+            "restart",
+            "serve",
+            "preflight",
+            "filter",
+            "findings",
+            "log",
+            "copy",
+            "help",
+            "quit",
+        ):
             assert action_id in text
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
@@ -130,15 +153,21 @@ def test_console_actions_are_the_cores_registry():
     for spec in ACTIONS.values():
         ui = next(a for a in registry.REGISTRY if a.core == spec.id)
         assert (ui.label, ui.description, ui.key, ui.mutating) == (
-            spec.title, spec.description, spec.key, spec.mutating)
+            spec.title,
+            spec.description,
+            spec.key,
+            spec.mutating,
+        )
     assert registry.by_id("preflight").core == "doctor"  # the keymap id configs use
 
 
 async def test_findings_list_posts_selected_and_the_screen_routes_it():
     app, _ = await make_app()
     posted: list[FindingsList.Selected] = []
-    async with app.run_test(size=SIZE, message_hook=lambda m: posted.append(m)
-                            if isinstance(m, FindingsList.Selected) else None) as pilot:
+    async with app.run_test(
+        size=SIZE,
+        message_hook=lambda m: posted.append(m) if isinstance(m, FindingsList.Selected) else None,
+    ) as pilot:
         await started(pilot)
         await detail_follows(pilot)
         flist = app.screen.query_one(FindingsList)
@@ -206,8 +235,9 @@ async def test_teardown_confirmation_focuses_cancel_and_shows_commands_per_node(
         assert "[spark-1]" in text and "[spark-2]" in text
         assert "$ docker rm -f vllm_node" in text or "docker" in text
         await pilot.press("enter")  # Enter on Cancel: nothing runs
-        await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmScreen),
-                         what="the dialog to close")
+        await wait_until(
+            pilot, lambda: not isinstance(app.screen, ConfirmScreen), what="the dialog to close"
+        )
         assert not isinstance(app.screen, ConfirmScreen)
         assert any("cancelled" in m for m in notices(app))
     assert backend.mutating_sent() == []
@@ -221,8 +251,9 @@ async def test_confirmed_teardown_runs_through_the_actions_layer_with_progress()
         await pilot.press("tab")  # to the action's own button
         assert app.focused.id == "confirm"
         await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, ProgressScreen),
-                         what="the progress screen")
+        await wait_until(
+            pilot, lambda: isinstance(app.screen, ProgressScreen), what="the progress screen"
+        )
         assert isinstance(app.screen, ProgressScreen)
         progress = app.screen
         await wait_until(pilot, lambda: progress.summary is not None, 10, "the action's end")
@@ -263,8 +294,7 @@ async def test_log_crash_line_becomes_a_finding_with_live_fix_and_is_highlighted
         await shown(pilot, view, len(lines))
         marked = [e for e in view.entries if e.finding]
         assert marked, "no log line was marked by the knowledge base"
-        assert any("placement group" in e.text or "node:192.168.200.12" in e.text
-                   for e in marked)
+        assert any("placement group" in e.text or "node:192.168.200.12" in e.text for e in marked)
         flist = app.screen.query_one(FindingsList)
         log_keys = [k for k in flist._keys if k.startswith("log:")]
         assert log_keys
@@ -278,8 +308,9 @@ async def test_copy_puts_the_selected_finding_on_the_clipboard():
     app, _ = await make_app()
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot)
-        await wait_until(pilot, lambda: app.main.findings_list.selected is not None,
-                         what="a finding selected")
+        await wait_until(
+            pilot, lambda: app.main.findings_list.selected is not None, what="a finding selected"
+        )
         await pilot.press("c")
         assert "Fix:" in app.clipboard and "spark-1" in app.clipboard
 
@@ -330,9 +361,12 @@ async def test_log_text_is_never_markup():
         backend.feed([nasty])
         view = app.screen.query_one(LogView)
         await shown(pilot, view, 1)
-        assert view.entries[-1].text == "[bold red]not markup[/] [link=https://x]y[/link] $crash red"
-        rendered = "".join(seg.text for seg in view.render_line(len(view.view) - 1 -
-                                                                 int(view.scroll_offset.y)))
+        assert (
+            view.entries[-1].text == "[bold red]not markup[/] [link=https://x]y[/link] $crash red"
+        )
+        rendered = "".join(
+            seg.text for seg in view.render_line(len(view.view) - 1 - int(view.scroll_offset.y))
+        )
         assert "[bold red]not markup[/]" in rendered
 
 
@@ -379,8 +413,13 @@ async def test_the_log_status_line_says_when_the_stream_is_lost_and_back():
         backend.feed(["INFO a"], events=["following /tmp/vllm.log on spark-1"])
         await log_applied(pilot, backend)
         assert "following /tmp/vllm.log on spark-1" in str(status.render())
-        backend.feed([], events=["connection lost: spark-1 (198.18.0.11): SSH disconnected: "
-                                 "\x1b]0;x\x07bye; reconnecting in 0.5s"])
+        backend.feed(
+            [],
+            events=[
+                "connection lost: spark-1 (198.18.0.11): SSH disconnected: "
+                "\x1b]0;x\x07bye; reconnecting in 0.5s"
+            ],
+        )
         await log_applied(pilot, backend)
         text = str(status.render())
         assert "connection lost: spark-1" in text and "bye; reconnecting" in text
@@ -399,8 +438,11 @@ async def test_save_log_writes_a_file(tmp_path):
         await log_applied(pilot, backend)
         await pilot.press("w")
         # the save runs in a thread worker that notifies when the file is written
-        await wait_until(pilot, lambda: any(m.startswith("Saved ") for m in notices(app)),
-                         what="the save worker's notice")
+        await wait_until(
+            pilot,
+            lambda: any(m.startswith("Saved ") for m in notices(app)),
+            what="the save worker's notice",
+        )
         saved = list((tmp_path / "state" / "sparktui" / "logs").glob("*.log"))
         assert saved and "INFO saved line" in saved[0].read_text()
         assert any(str(saved[0]) in m for m in notices(app))
@@ -424,8 +466,9 @@ async def test_bad_theme_file_notifies_once_and_falls_back(tmp_path):
 async def test_user_theme_is_loaded_and_unknown_theme_falls_back(tmp_path):
     themes = tmp_path / "themes"
     themes.mkdir()
-    (themes / "mine.yaml").write_text("name: mine\nprimary: '#123456'\n"
-                                      "variables:\n  ip-mismatch: '#ff00ff'\n")
+    (themes / "mine.yaml").write_text(
+        "name: mine\nprimary: '#123456'\nvariables:\n  ip-mismatch: '#ff00ff'\n"
+    )
     app, _ = await make_app(theme="mine", themes_dir=themes)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot)
@@ -439,8 +482,9 @@ async def test_user_theme_is_loaded_and_unknown_theme_falls_back(tmp_path):
         assert any("No theme named 'nope'" in m for m in notices(app))
 
 
-@pytest.mark.parametrize("name", ["sparktui-dark", "sparktui-light", "sparktui-ansi",
-                                  "sparktui-high-contrast"])
+@pytest.mark.parametrize(
+    "name", ["sparktui-dark", "sparktui-light", "sparktui-ansi", "sparktui-high-contrast"]
+)
 def test_shipped_themes_define_every_slot(name):
     from sparktui.tui.themes import SLOTS, load_themes
 

@@ -50,14 +50,19 @@ async def test_doctor_key_shows_the_matrix_and_the_failing_cell_s_fix():
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot)
         await pilot.press("d")
-        await wait_until(pilot, lambda: isinstance(app.screen, DoctorScreen), 10,
-                         "the doctor matrix")
+        await wait_until(
+            pilot, lambda: isinstance(app.screen, DoctorScreen), 10, "the doctor matrix"
+        )
         screen = app.screen
         assert isinstance(screen, DoctorScreen)
         table = screen.query_one(DataTable)
         assert table.row_count == len(CHECK_IDS)
         assert [str(c.label) for c in table.columns.values()] == [
-            "check", "spark-1", "spark-2", "odd one out"]
+            "check",
+            "spark-1",
+            "spark-2",
+            "odd one out",
+        ]
         # the first failing cell is selected: peer-unreachable on spark-2
         row = CHECK_IDS.index("peer-unreachable")
         assert (table.cursor_coordinate.row, table.cursor_coordinate.column) == (row, 2)
@@ -70,8 +75,12 @@ async def test_doctor_key_shows_the_matrix_and_the_failing_cell_s_fix():
         await pilot.press("left")  # spark-1's cell of the same check: fine
         await wait_until(pilot, lambda: "spark-1: ✓ ok" in text(screen), 5, "spark-1's cell")
         await pilot.press("left")  # the check's own column: what it reads
-        await wait_until(pilot, lambda: "reads: ICMP to every peer's ip" in text(screen), 5,
-                         "the check's description")
+        await wait_until(
+            pilot,
+            lambda: "reads: ICMP to every peer's ip" in text(screen),
+            5,
+            "the check's description",
+        )
         assert "odd one out: spark-2" in text(screen)
         await pilot.press("escape")
         await wait_until(pilot, lambda: isinstance(app.screen, MainScreen), 5, "main screen")

@@ -46,9 +46,10 @@ HOSTILE_SEQ = re.compile(r"\x1b\]52|\x1b\]0;|\x1b\]8;|\x1b\[2J|\x1b\[31m|\x9b|\x
 OSC52 = b"\x1b]52;c;cHduZWQ=\x1b\\"  # set the clipboard to "pwned"
 HOSTILE_LINES: dict[str, bytes] = {
     "markup": b"[bold red]x[/] [link=https://evil.example/]click me[/link] "
-              b"[reverse]rev[/reverse] [@click=app.quit]quit[/] $crash",
-    "ansi": b"\x1b[31mred\x1b[0m \x1b[2J\x1b[H home \x1b]0;pwned title\x07 " + OSC52
-            + b" after \x07 bell",
+    b"[reverse]rev[/reverse] [@click=app.quit]quit[/] $crash",
+    "ansi": b"\x1b[31mred\x1b[0m \x1b[2J\x1b[H home \x1b]0;pwned title\x07 "
+    + OSC52
+    + b" after \x07 bell",
     "utf8": b"bad utf8 \xff\xfe\xc3\x28 and a lone \xe2\x82 end",
     "c1": b"c1 \xc2\x9b2J \xc2\x9d52;c;eA==\xc2\x9c end",
     "nul": b"nul \x00 bell \x07 bs \x08 del \x7f cr\rEVIL end",
@@ -57,8 +58,9 @@ HOSTILE_LINES: dict[str, bytes] = {
 BIG = 2 * 1024 * 1024
 
 
-async def make_app(tmp_path: Path, max_log_lines: int = 20000) -> tuple[SparkApp, LiveBackend,
-                                                                        Path]:
+async def make_app(
+    tmp_path: Path, max_log_lines: int = 20000
+) -> tuple[SparkApp, LiveBackend, Path]:
     """The console on the seed story, its vLLM log a local file followed for real."""
     cfg = seed_config()
     log = tmp_path / "vllm.log"
@@ -75,8 +77,12 @@ async def until(pilot, pred, timeout: float, what: str) -> float:
 
 
 async def following(pilot, backend: LiveBackend) -> None:
-    await until(pilot, lambda: backend._follower is not None
-                and backend._follower.inode is not None, 20, "the log follower to start")
+    await until(
+        pilot,
+        lambda: backend._follower is not None and backend._follower.inode is not None,
+        20,
+        "the log follower to start",
+    )
 
 
 async def stop_following(backend: LiveBackend) -> None:
@@ -126,8 +132,9 @@ async def test_hostile_bytes_are_shown_literally_and_inert(tmp_path):
         for data in HOSTILE_LINES.values():
             append(log, data + b"\n")
         append(log, b"last line\n")
-        await until(pilot, lambda: len(view.entries) >= 3 + len(HOSTILE_LINES), 20,
-                    "every line in the pane")
+        await until(
+            pilot, lambda: len(view.entries) >= 3 + len(HOSTILE_LINES), 20, "every line in the pane"
+        )
         await pilot.wait_for_scheduled_animations()  # drawn (the pane syncs on a timer)
         assert app.is_running
         entries = view.entries
@@ -156,8 +163,12 @@ async def test_hostile_bytes_are_shown_literally_and_inert(tmp_path):
         assert "[bold red]x[/]" in "".join(s.text for s in view._strip(by_name["markup"]))
 
         view.scroll_end(animate=False)
-        await until(pilot, lambda: any("[bold red]x[/]" in t for t in terminal_output(app)[0]),
-                    5, "the screen updated after the scroll (the markup line in view)")
+        await until(
+            pilot,
+            lambda: any("[bold red]x[/]" in t for t in terminal_output(app)[0]),
+            5,
+            "the screen updated after the scroll (the markup line in view)",
+        )
         texts, raw = terminal_output(app)
         assert any("[bold red]x[/]" in t for t in texts)  # on screen, literally
         assert not [t for t in texts if CONTROL.search(t)]
@@ -181,8 +192,12 @@ async def test_hostile_crash_line_becomes_an_inert_finding(tmp_path):
         await following(pilot, backend)
         append(log, ("\n".join(lines) + "\n").encode())
         flist = app.screen.query_one(FindingsList)
-        await until(pilot, lambda: any(k.startswith("log:") for k in flist._keys), 20,
-                    "a finding from the hostile log")
+        await until(
+            pilot,
+            lambda: any(k.startswith("log:") for k in flist._keys),
+            20,
+            "a finding from the hostile log",
+        )
         view = app.screen.query_one(LogView)
         await until(pilot, lambda: len(view.entries) == len(lines), 20, "every line")
         assert [e for e in view.entries if e.finding], "no log line was marked"
@@ -235,12 +250,15 @@ async def test_a_flood_of_100k_lines_keeps_the_console_responsive(tmp_path):
         assert len(view.entries) <= view.max_lines + view.max_lines // 20  # pruned in chunks
         # the retained lines are the newest ones, in order, none missing or repeated
         first = int(view.entries[0].text.rsplit(" ", 1)[1])
-        assert [e.text for e in view.entries] == [f"INFO short line {i}"
-                                                 for i in range(first, n + 1)]
+        assert [e.text for e in view.entries] == [
+            f"INFO short line {i}" for i in range(first, n + 1)
+        ]
         worst = max(gaps)
         await stop_following(backend)
-    print(f"hostile flood: {n} lines in {ingest:.1f}s, key->help {key_latency * 1000:.0f} ms, "
-          f"worst event-loop stall {worst * 1000:.0f} ms")
+    print(
+        f"hostile flood: {n} lines in {ingest:.1f}s, key->help {key_latency * 1000:.0f} ms, "
+        f"worst event-loop stall {worst * 1000:.0f} ms"
+    )
     assert key_latency < 5.0 and worst < 2.0
 
 
@@ -271,14 +289,22 @@ async def test_the_real_followers_word_on_the_stream_reaches_the_status_line(tmp
     async with app.run_test(size=SIZE) as pilot:
         await following(pilot, backend)
         status = app.screen.query_one("#log-status")
-        await until(pilot, lambda: f"following {log} on spark-1" in str(status.render()), 10,
-                    "the follower's first word in the status line")
+        await until(
+            pilot,
+            lambda: f"following {log} on spark-1" in str(status.render()),
+            10,
+            "the follower's first word in the status line",
+        )
         append(log, b"one\ntwo\n")
         await until(pilot, lambda: len(app.log_view.entries) == 2, 10, "two lines")
         log.write_bytes(b"")  # truncated, as a new `vllm serve > vllm.log` does
         append(log, b"three\n")
-        await until(pilot, lambda: "was truncated" in str(status.render()), 10,
-                    "the truncation in the status line")
+        await until(
+            pilot,
+            lambda: "was truncated" in str(status.render()),
+            10,
+            "the truncation in the status line",
+        )
         await until(pilot, lambda: len(app.log_view.entries) == 3, 10, "the new content")
         assert [e.text for e in app.log_view.entries] == ["one", "two", "three"]
         await stop_following(backend)

@@ -58,8 +58,12 @@ def test_rows_say_each_nodes_state():
 def test_counts_by_node():
     from sparktui.core.model import Finding
 
-    fs = [Finding("a", "error", "n1", ""), Finding("b", "warning", "n1", ""),
-          Finding("c", "error", None, ""), Finding("d", "error", "n2", "")]
+    fs = [
+        Finding("a", "error", "n1", ""),
+        Finding("b", "warning", "n1", ""),
+        Finding("c", "error", None, ""),
+        Finding("d", "error", "n2", ""),
+    ]
     assert counts_by_node(fs) == {"n1": (1, 1), "n2": (1, 0)}
 
 
@@ -82,7 +86,7 @@ async def test_screen_at_each_size(width, height, nodes):
             assert table.region.height == plan.nodes_height
             assert len(table.order) == nodes
             # errors first: the head (both IPs wrong) and, from 8 nodes, the unreachable one
-            top = table.order[:2 if nodes >= 8 else 1]
+            top = table.order[: 2 if nodes >= 8 else 1]
             assert "spark-1" in top and (nodes < 8 or DOWN_NODE in top)
         else:
             assert not table.region.height

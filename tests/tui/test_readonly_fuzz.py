@@ -29,14 +29,45 @@ from tests.tui.support import TestBackend, seed_config, seed_snapshot, started, 
 SIZE = (160, 50)
 BOUND = ["t", "r", "s", "d", "slash", "f", "l", "c", "w", "question_mark", "g", "G"]
 LETTERS = [c for c in "abcdefghijklmnoprstuvwxyz"]  # no q: it would end the run early
-OTHER = ["enter", "escape", "tab", "shift+tab", "up", "down", "left", "right", "pageup",
-         "pagedown", "home", "end", "space", "backspace", "delete", "0", "1", "9", "ctrl+c",
-         "ctrl+p", "ctrl+s", "ctrl+r", "ctrl+t", "ctrl+d", "ctrl+l", "ctrl+f", "ctrl+a",
-         "ctrl+e", "ctrl+u", "ctrl+w", "ctrl+backslash", "f1", "f5", "ctrl+enter"]
+OTHER = [
+    "enter",
+    "escape",
+    "tab",
+    "shift+tab",
+    "up",
+    "down",
+    "left",
+    "right",
+    "pageup",
+    "pagedown",
+    "home",
+    "end",
+    "space",
+    "backspace",
+    "delete",
+    "0",
+    "1",
+    "9",
+    "ctrl+c",
+    "ctrl+p",
+    "ctrl+s",
+    "ctrl+r",
+    "ctrl+t",
+    "ctrl+d",
+    "ctrl+l",
+    "ctrl+f",
+    "ctrl+a",
+    "ctrl+e",
+    "ctrl+u",
+    "ctrl+w",
+    "ctrl+backslash",
+    "f1",
+    "f5",
+    "ctrl+enter",
+]
 PAUSE = "<pause>"  # let the collectors (refresh, log follower, doctor) run meanwhile
 KEYS = BOUND + LETTERS + OTHER
-key_sequences = st.lists(st.one_of(st.sampled_from(KEYS), st.just(PAUSE)),
-                         min_size=20, max_size=60)
+key_sequences = st.lists(st.one_of(st.sampled_from(KEYS), st.just(PAUSE)), min_size=20, max_size=60)
 
 STATS = {"examples": 0, "keys": 0, "commands": 0, "refused": 0}
 
@@ -66,7 +97,6 @@ def mutating_sent(records: list[SentRecord]) -> list[SentRecord]:
     return [r for r in records if r.mutating and not r.refused]
 
 
-
 def lab_config(lab) -> config.Config:
     cfg = config.load(str(lab.config_path))
     cfg.refresh_interval = 1.0  # more ticks (and more commands) per key sequence
@@ -80,8 +110,11 @@ async def drive(cfg: config.Config, keys: list[str]) -> tuple[SparkApp, dict]:
     async with app.run_test(size=SIZE) as pilot:
         # the head's first probe reads the Ray table; the asserts below say if it never came
         with contextlib.suppress(AssertionError):
-            await wait_until(pilot, lambda: app.snapshot is not None
-                             and all(n.reachable for n in app.snapshot.nodes), 30)
+            await wait_until(
+                pilot,
+                lambda: app.snapshot is not None and all(n.reachable for n in app.snapshot.nodes),
+                30,
+            )
         for key in [*keys, PAUSE]:
             if app.snapshot is not None:  # every node answered at some point (not stale)
                 seen["reachable"] |= {n.name for n in app.snapshot.nodes if n.reachable}
@@ -104,12 +137,15 @@ async def drive(cfg: config.Config, keys: list[str]) -> tuple[SparkApp, dict]:
 
 
 @pytest.mark.lab
-@settings(max_examples=int(os.environ.get("SPARKTUI_FUZZ_EXAMPLES", "12")), deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                 HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("SPARKTUI_FUZZ_EXAMPLES", "12")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(keys=key_sequences)
 def test_random_keys_in_read_only_send_nothing_that_changes_a_node(
-        healthy_lab, all_transports, keys, tmp_path, monkeypatch):
+    healthy_lab, all_transports, keys, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)  # a palette "screenshot" lands here, not in the repo
     before = healthy_lab.containers()
     start = len(all_transports)
@@ -140,17 +176,20 @@ def test_every_bound_key_then_quit(healthy_lab, all_transports, tmp_path, monkey
         keys += [k, PAUSE, "escape"]
     app, seen = asyncio.run(drive(lab_config(healthy_lab), keys + ["d", PAUSE, PAUSE]))
     records = sent_records(all_transports)
-    print(f"read-only fuzz: {STATS['examples']} random sequences, {STATS['keys']} keys, "
-          f"{STATS['commands']} commands recorded ({STATS['refused']} refused), "
-          f"0 mutating sent; bound keys: {len(records)} commands")
+    print(
+        f"read-only fuzz: {STATS['examples']} random sequences, {STATS['keys']} keys, "
+        f"{STATS['commands']} commands recorded ({STATS['refused']} refused), "
+        f"0 mutating sent; bound keys: {len(records)} commands"
+    )
     assert records and mutating_sent(records) == []
     assert healthy_lab.containers() == before
     assert not app.is_running and seen["running_action"] in (None, "doctor")
 
 
 @pytest.mark.lab
-def test_every_action_asked_directly_in_read_only(healthy_lab, all_transports, tmp_path,
-                                                  monkeypatch):
+def test_every_action_asked_directly_in_read_only(
+    healthy_lab, all_transports, tmp_path, monkeypatch
+):
     """Past the keys: every registry action run as a Textual action (the palette's path),
     and every core action asked of the backend directly (as a bug in the UI might):
     mutating ones refused by the actions layer, nothing mutating sent."""
@@ -228,8 +267,9 @@ async def test_hiding_the_progress_then_the_action_ending_does_not_crash():
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot)
         await pilot.press("d")
-        await wait_until(pilot, lambda: isinstance(app.screen, ProgressScreen),
-                         what="the doctor's progress")
+        await wait_until(
+            pilot, lambda: isinstance(app.screen, ProgressScreen), what="the doctor's progress"
+        )
         assert isinstance(app.screen, ProgressScreen)
         await pilot.press("escape")
         assert not isinstance(app.screen, ProgressScreen)
@@ -237,7 +277,8 @@ async def test_hiding_the_progress_then_the_action_ending_does_not_crash():
         assert app.running_action is None and app.is_running
         assert any("doctor:" in n.message for n in app._notifications)
         await pilot.press("d")  # and a second run shows its progress again
-        await wait_until(pilot, lambda: isinstance(app.screen, ProgressScreen),
-                         what="the second run's progress")
+        await wait_until(
+            pilot, lambda: isinstance(app.screen, ProgressScreen), what="the second run's progress"
+        )
         assert isinstance(app.screen, ProgressScreen)
     assert app.return_code in (None, 0)

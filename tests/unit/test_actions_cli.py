@@ -23,38 +23,44 @@ def state_home(tmp_path, monkeypatch):
 @pytest.fixture
 def no_transports(monkeypatch):
     """Any attempt to reach a node fails the test."""
+
     def boom(*a, **k):
         raise AssertionError("a transport was created")
+
     monkeypatch.setattr("sparktui.core.ssh.transport_for", boom)
 
 
 def write_cfg(tmp_path, extra: str = "") -> str:
     p = tmp_path / "c.yaml"
-    p.write_text(textwrap.dedent("""\
+    p.write_text(
+        textwrap.dedent("""\
         nodes:
           - {name: spark-1, host: 198.18.250.11, ip: 198.19.250.11, role: head}
           - {name: spark-2, host: 198.18.250.12, ip: 198.19.250.12}
         container: {name: sl-test, image: "img:1", run_args: [--network, host]}
         vllm: {model: /m, args: [--tensor-parallel-size, "2"]}
-    """) + extra)
+    """)
+        + extra
+    )
     return str(p)
 
 
 def local_script_cfg(tmp_path) -> tuple[str, object]:
     marker = tmp_path / "ran"
     p = tmp_path / "local.yaml"
-    p.write_text(textwrap.dedent(f"""\
+    p.write_text(
+        textwrap.dedent(f"""\
         nodes: [{{name: me, host: local, ip: 127.0.0.1, role: head}}]
         container: {{name: sparktui-unit-none}}
         actions:
           teardown: {{run: [sh, -c, 'echo hi > "$0"; echo done', "{marker}"], nodes: all, timeout: 20}}
-    """))
+    """)
+    )
     return str(p), marker
 
 
 @pytest.mark.parametrize("action", ["teardown", "restart", "serve", "doctor"])
-def test_dry_run_prints_plan_and_runs_nothing(tmp_path, capsys, no_transports, action,
-                                              state_home):
+def test_dry_run_prints_plan_and_runs_nothing(tmp_path, capsys, no_transports, action, state_home):
     assert cli.main([action, "-c", write_cfg(tmp_path), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "[spark-1]" in out and "nothing was run" in out
@@ -110,6 +116,11 @@ def test_read_only_subcommand_flag_via_subprocess(tmp_path):
     """The real CLI entry point, as an operator runs it."""
     cfg, marker = local_script_cfg(tmp_path)
     env = {"XDG_STATE_HOME": str(tmp_path / "s2"), "PATH": "/usr/bin:/bin"}
-    r = subprocess.run([sys.executable, "-m", "sparktui", "--read-only", "teardown", "-c", cfg,
-                        "--yes"], capture_output=True, text=True, env=env, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "sparktui", "--read-only", "teardown", "-c", cfg, "--yes"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert r.returncode == 2 and not marker.exists(), r.stderr

@@ -33,11 +33,17 @@ def cfg(text=CFG):
 
 
 def node(name, ip, *, running=True, env=None, gpus=(), avail=None, containers=()):
-    st = NodeState(name=name, host="h", role="head" if name == "spark-1" else "worker",
-                   configured_ip=ip, reachable=True)
+    st = NodeState(
+        name=name,
+        host="h",
+        role="head" if name == "spark-1" else "worker",
+        configured_ip=ip,
+        reachable=True,
+    )
     if running:
-        st.containers.append(Container("vllm_node", "img:1", "running", "Up 1 minute",
-                                       command="ray start --block"))
+        st.containers.append(
+            Container("vllm_node", "img:1", "running", "Up 1 minute", command="ray start --block")
+        )
     st.containers.extend(containers)
     st.env = dict(env if env is not None else {"VLLM_HOST_IP": ip})
     st.gpus = list(gpus)
@@ -46,8 +52,13 @@ def node(name, ip, *, running=True, env=None, gpus=(), avail=None, containers=()
 
 
 def snap(nodes, *, ray_error=None, healthy=None):
-    return ClusterSnapshot("c", nodes, ray_source=None if ray_error else "spark-1",
-                           ray_error=ray_error, vllm=VllmStatus(healthy=healthy))
+    return ClusterSnapshot(
+        "c",
+        nodes,
+        ray_source=None if ray_error else "spark-1",
+        ray_error=ray_error,
+        vllm=VllmStatus(healthy=healthy),
+    )
 
 
 def ids(findings):
@@ -59,10 +70,17 @@ def healthy_pair():
 
 
 def same_extras():
-    return {"spark-1": NodeExtras(container_image="sha256:aa", image_id="sha256:aa",
-                                  model="container", listening={22, 6379}),
-            "spark-2": NodeExtras(container_image="sha256:aa", image_id="sha256:aa",
-                                  model="container", listening={22})}
+    return {
+        "spark-1": NodeExtras(
+            container_image="sha256:aa",
+            image_id="sha256:aa",
+            model="container",
+            listening={22, 6379},
+        ),
+        "spark-2": NodeExtras(
+            container_image="sha256:aa", image_id="sha256:aa", model="container", listening={22}
+        ),
+    }
 
 
 def test_clean_cluster_has_no_preflight_findings():
@@ -102,11 +120,15 @@ def test_model_path_missing_or_not_mounted():
 def test_memory_unified_warning_discrete_error_skipped_while_serving():
     gb10 = Gpu(0, "NVIDIA GB10", 100_000, 120_000, unified=True)
     h200 = Gpu(0, "NVIDIA H200", 100_000, 140_000)
-    nodes = [node("spark-1", "198.19.250.11", gpus=[gb10], avail=20_000),
-             node("spark-2", "198.19.250.12", gpus=[h200])]
+    nodes = [
+        node("spark-1", "198.19.250.11", gpus=[gb10], avail=20_000),
+        node("spark-2", "198.19.250.12", gpus=[h200]),
+    ]
     f = preflight_findings(cfg(), snap(nodes), same_extras())
     assert [(i.id, i.node, i.severity) for i in f] == [
-        ("insufficient-memory", "spark-1", "warning"), ("insufficient-memory", "spark-2", "error")]
+        ("insufficient-memory", "spark-1", "warning"),
+        ("insufficient-memory", "spark-2", "error"),
+    ]
     assert "0.5 x total" in f[0].message
     x = same_extras()
     x["spark-1"].listening.add(8000)
@@ -116,23 +138,33 @@ def test_memory_unified_warning_discrete_error_skipped_while_serving():
 
 def test_busy_ports_and_stale_containers():
     stale = Container("old-ray", "img:1", "running", "Up 3 days", command="ray start --head")
-    nodes = [node("spark-1", "198.19.250.11", running=False, containers=[stale]),
-             node("spark-2", "198.19.250.12")]
+    nodes = [
+        node("spark-1", "198.19.250.11", running=False, containers=[stale]),
+        node("spark-2", "198.19.250.12"),
+    ]
     x = same_extras()
     x["spark-1"].listening = {6379, 8000}
     f = preflight_findings(cfg(), snap(nodes, ray_error="Ray: ConnectionError"), x)
-    assert ids(f) == [("port-busy", "spark-1"), ("port-busy", "spark-1"),
-                      ("ray-unavailable", "spark-1"), ("stale-container", "spark-1")]
+    assert ids(f) == [
+        ("port-busy", "spark-1"),
+        ("port-busy", "spark-1"),
+        ("ray-unavailable", "spark-1"),
+        ("stale-container", "spark-1"),
+    ]
     # 6379 held by our own healthy Ray is fine
     assert preflight_findings(cfg(), snap(healthy_pair()), same_extras()) == []
 
 
 def test_vllm_host_ip_unset_or_different():
-    nodes = [node("spark-1", "198.19.250.11", env={}),
-             node("spark-2", "198.19.250.12", env={"VLLM_HOST_IP": "198.18.250.12"})]
+    nodes = [
+        node("spark-1", "198.19.250.11", env={}),
+        node("spark-2", "198.19.250.12", env={"VLLM_HOST_IP": "198.18.250.12"}),
+    ]
     f = preflight_findings(cfg(), snap(nodes), same_extras())
     assert [(i.id, i.node, i.severity) for i in f] == [
-        ("vllm-host-ip-unset", "spark-1", "warning"), ("vllm-host-ip-mismatch", "spark-2", "error")]
+        ("vllm-host-ip-unset", "spark-1", "warning"),
+        ("vllm-host-ip-mismatch", "spark-2", "error"),
+    ]
 
 
 def test_doctor_findings_keep_the_live_checks_and_sort_errors_first():

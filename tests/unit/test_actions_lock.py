@@ -32,13 +32,22 @@ def test_second_action_in_process_is_refused_naming_the_first():
 
 
 def test_second_action_in_another_process_is_refused(state_home):
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
         import sys, time
         from sparktui.core.actions.lock import action_lock
         with action_lock("serve"):
             print("held", flush=True)
             sys.stdin.readline()
-    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    """),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(ActionBusy) as e:
@@ -54,10 +63,13 @@ def test_second_action_in_another_process_is_refused(state_home):
 
 
 async def test_run_action_returns_busy(tmp_path):
-    cfg = config_mod.parse(textwrap.dedent("""\
+    cfg = config_mod.parse(
+        textwrap.dedent("""\
         nodes: [{name: n1, host: local, ip: 127.0.0.1, role: head}]
         container: {name: sparktui-test-nothing}
-    """), "t.yaml")
+    """),
+        "t.yaml",
+    )
     t = {"n1": LocalTransport("n1")}
     with action_lock("restart"):
         result = await run_action("teardown", cfg, t)

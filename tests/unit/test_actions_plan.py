@@ -42,14 +42,21 @@ def test_restart_stages_in_order_and_parallel_where_safe():
     plan = build_plan("restart", cfg())
     assert plan.mutating and plan.source == "builtin"
     assert [s.name for s in plan.stages] == [
-        "tear down", "start the Ray head", "wait for the GCS", "start the Ray workers",
-        "wait for the workers' raylets", "wait for the Ray cluster"]
+        "tear down",
+        "start the Ray head",
+        "wait for the GCS",
+        "start the Ray workers",
+        "wait for the workers' raylets",
+        "wait for the Ray cluster",
+    ]
     assert [s.node for s in plan.stages[0].steps] == ["spark-1", "spark-2", "spark-3"]
     assert [s.node for s in plan.stages[1].steps] == ["spark-1"]
     assert [s.node for s in plan.stages[3].steps] == ["spark-2", "spark-3"]
     assert plan.stages[2].steps[0].kind == "wait"
     assert [(s.node, s.kind) for s in plan.stages[4].steps] == [
-        ("spark-2", "wait"), ("spark-3", "wait")]
+        ("spark-2", "wait"),
+        ("spark-3", "wait"),
+    ]
     assert [(s.node, s.kind) for s in plan.stages[5].steps] == [("spark-1", "wait")]
 
 
@@ -59,19 +66,63 @@ def test_restart_exact_argv_head_and_workers():
     head = plan.stages[1].steps[0].commands[0]
     assert head.mutating
     assert head.argv == (
-        "docker", "run", "-d", "--name", "sl5-ray", "--gpus", "all", "--network", "host",
-        "-e", "VLLM_HOST_IP=198.19.5.11", "-e", "NCCL_SOCKET_IFNAME=enp1s0f0np0",
-        "-e", "HF_TOKEN=hf_secret123",
-        "-v", "/var/log/sparktui:/var/log/sparktui",
-        "sparklab/ray:2.60", "ray", "start", "--block", "--head",
-        "--node-ip-address", "198.19.5.11", "--port", "6380", "--num-gpus", "1")
+        "docker",
+        "run",
+        "-d",
+        "--name",
+        "sl5-ray",
+        "--gpus",
+        "all",
+        "--network",
+        "host",
+        "-e",
+        "VLLM_HOST_IP=198.19.5.11",
+        "-e",
+        "NCCL_SOCKET_IFNAME=enp1s0f0np0",
+        "-e",
+        "HF_TOKEN=hf_secret123",
+        "-v",
+        "/var/log/sparktui:/var/log/sparktui",
+        "sparklab/ray:2.60",
+        "ray",
+        "start",
+        "--block",
+        "--head",
+        "--node-ip-address",
+        "198.19.5.11",
+        "--port",
+        "6380",
+        "--num-gpus",
+        "1",
+    )
     w3 = plan.stages[3].steps[1].commands[0]
     assert w3.argv == (
-        "docker", "run", "-d", "--name", "sl5-ray", "--gpus", "all", "--network", "host",
-        "-e", "VLLM_HOST_IP=198.19.5.13", "-e", "NCCL_SOCKET_IFNAME=enp1s0f0np0",
-        "-e", "HF_TOKEN=hf_secret123",
-        "sparklab/ray:2.60", "ray", "start", "--block",
-        "--address", "198.19.5.11:6380", "--node-ip-address", "198.19.5.13", "--num-gpus", "1")
+        "docker",
+        "run",
+        "-d",
+        "--name",
+        "sl5-ray",
+        "--gpus",
+        "all",
+        "--network",
+        "host",
+        "-e",
+        "VLLM_HOST_IP=198.19.5.13",
+        "-e",
+        "NCCL_SOCKET_IFNAME=enp1s0f0np0",
+        "-e",
+        "HF_TOKEN=hf_secret123",
+        "sparklab/ray:2.60",
+        "ray",
+        "start",
+        "--block",
+        "--address",
+        "198.19.5.11:6380",
+        "--node-ip-address",
+        "198.19.5.13",
+        "--num-gpus",
+        "1",
+    )
     # the configured (cluster-wide) VLLM_HOST_IP never reaches a container
     for st in plan.stages:
         for s in st.steps:
@@ -104,15 +155,18 @@ def test_teardown_is_one_parallel_stage():
     plan = build_plan("teardown", cfg())
     assert len(plan.stages) == 1
     assert [(s.node, s.commands[0].argv) for s in plan.stages[0].steps] == [
-        (n, ("docker", "rm", "-f", "sl5-ray")) for n in ("spark-1", "spark-2", "spark-3")]
+        (n, ("docker", "rm", "-f", "sl5-ray")) for n in ("spark-1", "spark-2", "spark-3")
+    ]
 
 
 def test_teardown_is_idempotent_on_missing_container():
     from sparktui.core.command import Result
 
     step = build_plan("teardown", cfg()).stages[0].steps[0]
-    assert step.judge(Result(1, "", "Error response from daemon: No such container: sl5-ray")
-                      ) == ("ok", "already absent")
+    assert step.judge(Result(1, "", "Error response from daemon: No such container: sl5-ray")) == (
+        "ok",
+        "already absent",
+    )
     assert step.judge(Result(1, "", "permission denied"))[0] == "failed"
 
 
@@ -121,9 +175,25 @@ def test_serve_plan_argv():
     assert plan.preflight
     start = plan.stages[0].steps[0].commands[0]
     assert start.mutating and start.argv == (
-        "docker", "exec", "-d", "sl5-ray", "sh", "-c", SERVE_SCRIPT, "sh",
-        "/var/log/sparktui/vllm.log", "vllm", "serve", "/models/tiny",
-        "--tensor-parallel-size", "3", "--distributed-executor-backend", "ray", "--port", "8001")
+        "docker",
+        "exec",
+        "-d",
+        "sl5-ray",
+        "sh",
+        "-c",
+        SERVE_SCRIPT,
+        "sh",
+        "/var/log/sparktui/vllm.log",
+        "vllm",
+        "serve",
+        "/models/tiny",
+        "--tensor-parallel-size",
+        "3",
+        "--distributed-executor-backend",
+        "ray",
+        "--port",
+        "8001",
+    )
     health = plan.stages[1].steps[0]
     assert health.kind == "wait" and health.commands[0].argv[-3:-1] == ("8001", "sl5-ray")
     assert health.timeout == 900
@@ -149,7 +219,8 @@ def test_plan_errors_are_one_line():
 
 def test_warnings_for_unpinned_and_bridged():
     text = LAB_LIKE.replace('"--network", "host"', '"--shm-size", "1g"').replace(
-        ", ip: 198.19.5.13", "")
+        ", ip: 198.19.5.13", ""
+    )
     plan = build_plan("restart", cfg(text))
     assert any("--network host" in w for w in plan.warnings)
     assert any("spark-3: no ip" in w for w in plan.warnings)
@@ -160,12 +231,18 @@ def test_warnings_for_unpinned_and_bridged():
 
 
 def test_script_mode_replaces_builtin_plan():
-    text = LAB_LIKE + ("actions:\n  restart: {run: [/opt/launch.sh, --restart], "
-                       "nodes: [spark-2, spark-1], timeout: 42}\n")
+    text = LAB_LIKE + (
+        "actions:\n  restart: {run: [/opt/launch.sh, --restart], "
+        "nodes: [spark-2, spark-1], timeout: 42}\n"
+    )
     plan = build_plan("restart", cfg(text))
     assert plan.source == "script" and plan.mutating
     assert [(st.steps[0].node, st.steps[0].kind) for st in plan.stages] == [
-        ("spark-2", "run"), ("spark-2", "wait"), ("spark-1", "run"), ("spark-1", "wait")]
+        ("spark-2", "run"),
+        ("spark-2", "wait"),
+        ("spark-1", "run"),
+        ("spark-1", "wait"),
+    ]
     start = plan.stages[0].steps[0].commands[0]
     assert start.argv[-2:] == ("/opt/launch.sh", "--restart") and start.mutating
     assert plan.stages[1].steps[0].timeout == 42
@@ -176,8 +253,7 @@ def test_script_mode_replaces_builtin_plan():
 def test_registry_drops_mutating_actions_when_read_only():
     assert {a.name for a in ACTIONS.values() if a.mutating} == {"teardown", "restart", "serve"}
     assert [a.name for a in available_actions(True)] == ["doctor"]
-    assert [a.name for a in available_actions(False)] == [
-        "teardown", "restart", "serve", "doctor"]
+    assert [a.name for a in available_actions(False)] == ["teardown", "restart", "serve", "doctor"]
     assert not build_plan("doctor", cfg()).mutating
 
 
@@ -194,10 +270,12 @@ def test_the_registry_decides_read_only_refusals():
 def test_serve_log_diagnosis_uses_the_knowledge_base():
     from sparktui.core.actions import diagnose_log_text
 
-    text = ("=== sparktui serve 2026-01-01T00:00:00Z ===\n"
-            "INFO 11-29 22:00:01 [ray_utils.py:1] Waiting for creating a placement group of "
-            "specs for 10 seconds. specs=[{'GPU': 1.0, 'node:198.19.5.11': 0.001}, "
-            "{'GPU': 1.0}]. Check ray status\n")
+    text = (
+        "=== sparktui serve 2026-01-01T00:00:00Z ===\n"
+        "INFO 11-29 22:00:01 [ray_utils.py:1] Waiting for creating a placement group of "
+        "specs for 10 seconds. specs=[{'GPU': 1.0, 'node:198.19.5.11': 0.001}, "
+        "{'GPU': 1.0}]. Check ray status\n"
+    )
     findings = diagnose_log_text(text, cfg())
     assert findings and findings[0].source == "log" and "198.19.5.11" in findings[0].message
     assert diagnose_log_text("", cfg()) == []

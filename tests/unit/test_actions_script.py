@@ -23,13 +23,16 @@ def setup(tmp_path, script: str, timeout: int = 20):
     path = tmp_path / "launch.sh"
     path.write_text(script)
     path.chmod(0o755)
-    cfg = config_mod.parse(textwrap.dedent(f"""\
+    cfg = config_mod.parse(
+        textwrap.dedent(f"""\
         nodes:
           - {{name: a, host: local, ip: 127.0.0.1, role: head}}
           - {{name: b, host: local, ip: 127.0.0.2}}
         actions:
           restart: {{run: ["{path}", "--x y"], nodes: all, timeout: {timeout}}}
-    """), "c.yaml")
+    """),
+        "c.yaml",
+    )
     plan = script_plan(cfg, cfg.actions["restart"], run_root=str(tmp_path / "runs"))
     return plan, {"a": LocalTransport("a"), "b": LocalTransport("b")}
 
@@ -45,7 +48,9 @@ async def test_script_runs_on_each_node_in_order_with_args(tmp_path):
 
 
 async def test_script_failure_reports_exit_status_and_output(tmp_path):
-    plan, ts = setup(tmp_path, "#!/bin/sh\necho 'pulling image'\necho 'no space left' >&2\nexit 4\n")
+    plan, ts = setup(
+        tmp_path, "#!/bin/sh\necho 'pulling image'\necho 'no space left' >&2\nexit 4\n"
+    )
     result = await execute(plan, ts)
     assert not result.ok
     assert result.failed_step.node == "a"

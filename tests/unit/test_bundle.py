@@ -13,8 +13,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_mask_text_and_config() -> None:
-    assert mask_text("HF_TOKEN=hf_abc python3 -m vllm --api-key sk-1 --port 8000") == \
-        "HF_TOKEN=**** python3 -m vllm --api-key **** --port 8000"
+    assert (
+        mask_text("HF_TOKEN=hf_abc python3 -m vllm --api-key sk-1 --port 8000")
+        == "HF_TOKEN=**** python3 -m vllm --api-key **** --port 8000"
+    )
     cfg = config.load(str(ROOT / "config.example.yaml"))
     cfg.container.env["HF_TOKEN"] = "hf_secret"
     cfg.vllm.args = [*cfg.vllm.args, "--api-key", "sk-secret"]
@@ -25,12 +27,16 @@ def test_mask_text_and_config() -> None:
 
 
 def test_split_files_and_archive(tmp_path: Path) -> None:
-    out = ("\n@@sparktui:file node.txt@@\nLinux spark-2\ndocker 20.10.24\n"
-           "\n@@sparktui:file ray/worker-ab-01000000-136.err@@\nSegmentation fault\n"
-           "\n@@sparktui:end@@\n")
+    out = (
+        "\n@@sparktui:file node.txt@@\nLinux spark-2\ndocker 20.10.24\n"
+        "\n@@sparktui:file ray/worker-ab-01000000-136.err@@\nSegmentation fault\n"
+        "\n@@sparktui:end@@\n"
+    )
     files = split_files(out)
-    assert files == {"node.txt": "Linux spark-2\ndocker 20.10.24\n",
-                     "ray/worker-ab-01000000-136.err": "Segmentation fault\n"}
+    assert files == {
+        "node.txt": "Linux spark-2\ndocker 20.10.24\n",
+        "ray/worker-ab-01000000-136.err": "Segmentation fault\n",
+    }
     b = Bundle("sparktui-bundle-x")
     b.add_json("status.json", {"ok": True})
     b.files["logs/spark-2/node.txt"] = files["node.txt"].encode()

@@ -23,10 +23,18 @@ CFG = config.parse(
 
 
 def _node(name: str, ext: str, ic: str, env: dict | None = None) -> NodeState:
-    n = NodeState(name=name, host=ext, role="head" if name == "spark-1" else "worker",
-                  configured_ip=ic, reachable=True)
-    n.interfaces = [Interface("lo", "UNKNOWN", ["127.0.0.1"]),
-                    Interface("enP7s7", "UP", [ext]), Interface("enp1s0f0np0", "UP", [ic])]
+    n = NodeState(
+        name=name,
+        host=ext,
+        role="head" if name == "spark-1" else "worker",
+        configured_ip=ic,
+        reachable=True,
+    )
+    n.interfaces = [
+        Interface("lo", "UNKNOWN", ["127.0.0.1"]),
+        Interface("enP7s7", "UP", [ext]),
+        Interface("enp1s0f0np0", "UP", [ic]),
+    ]
     n.containers = [Container("ray_node", "lab-ray", "running", "Up 2 minutes")]
     n.env = env or {}
     return n
@@ -35,8 +43,10 @@ def _node(name: str, ext: str, ic: str, env: dict | None = None) -> NodeState:
 def _snapshot(fixture: str, env1: dict | None = None, env2: dict | None = None) -> ClusterSnapshot:
     ray_nodes, err = parse_ray_nodes((RAY / fixture).read_text())
     assert err is None and len(ray_nodes) == 2
-    nodes = [_node("spark-1", "198.18.1.101", "198.19.200.101", env1),
-             _node("spark-2", "198.18.1.102", "198.19.200.102", env2)]
+    nodes = [
+        _node("spark-1", "198.18.1.101", "198.19.200.101", env1),
+        _node("spark-2", "198.18.1.102", "198.19.200.102", env2),
+    ]
     snap = ClusterSnapshot("lab", nodes, ray_nodes=ray_nodes, ray_source="spark-1")
     for n in nodes:
         e = checks.ray_entry_for(n, ray_nodes)
@@ -59,14 +69,16 @@ def test_autodetect_head_on_external_ip_is_a_mismatch_on_the_head_only():
 
 
 def test_pinned_to_interconnect_is_clean():
-    snap = _snapshot("ray2node_case2_interconnect_ip_ray_nodes.json",
-                     {"VLLM_HOST_IP": "198.19.200.101"}, {"VLLM_HOST_IP": "198.19.200.102"})
+    snap = _snapshot(
+        "ray2node_case2_interconnect_ip_ray_nodes.json",
+        {"VLLM_HOST_IP": "198.19.200.101"},
+        {"VLLM_HOST_IP": "198.19.200.102"},
+    )
     assert checks.check(snap, CFG) == []
 
 
 def test_vllm_host_ip_that_ray_does_not_know_is_flagged_with_both_ips():
-    snap = _snapshot("ray2node_case1_autodetect_ray_nodes.json",
-                     {"VLLM_HOST_IP": "198.19.200.101"})
+    snap = _snapshot("ray2node_case1_autodetect_ray_nodes.json", {"VLLM_HOST_IP": "198.19.200.101"})
     found = checks.check(snap, CFG)
     f = next(f for f in found if f.id == "vllm-host-ip-mismatch")
     assert f.node == "spark-1"
@@ -100,8 +112,10 @@ def test_missing_from_ray_dead_unreachable_and_container_down():
 
 
 def test_interface_missing_uses_nccl_prefix_rules():
-    snap = _snapshot("ray2node_case2_interconnect_ip_ray_nodes.json",
-                     {"NCCL_SOCKET_IFNAME": "enp1s0f1np1", "GLOO_SOCKET_IFNAME": "enp1s0f0"})
+    snap = _snapshot(
+        "ray2node_case2_interconnect_ip_ray_nodes.json",
+        {"NCCL_SOCKET_IFNAME": "enp1s0f1np1", "GLOO_SOCKET_IFNAME": "enp1s0f0"},
+    )
     found = checks.check(snap, CFG)
     assert ids(found, "spark-1") == ["interface-missing"]
     assert "NCCL_SOCKET_IFNAME=enp1s0f1np1" in found[0].message

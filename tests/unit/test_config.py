@@ -73,8 +73,13 @@ def test_bad_config_is_one_line_with_file_and_line(name):
 @pytest.mark.parametrize("name", ["tabs", "dup_name", "bad_ip", "not_utf8", "empty"])
 def test_cli_exits_2_with_one_line_and_no_traceback(name):
     path = BAD / f"{name}.yaml"
-    proc = subprocess.run([sys.executable, "-m", "sparktui", "status", "-c", str(path)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparktui", "status", "-c", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -83,8 +88,13 @@ def test_cli_exits_2_with_one_line_and_no_traceback(name):
 
 
 def test_missing_config_file_is_reported():
-    proc = subprocess.run([sys.executable, "-m", "sparktui", "status", "-c", "/nonexistent/x.yaml"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparktui", "status", "-c", "/nonexistent/x.yaml"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "/nonexistent/x.yaml:1: config file not found"
 
@@ -92,6 +102,7 @@ def test_missing_config_file_is_reported():
 def model_keys(model=config.Config, prefix=""):
     """Every key the config model declares, as dotted paths (nodes[] items as `nodes.`)."""
     from sparktui.yamlmodel import _inner_model
+
     for name, info in model.model_fields.items():
         yield prefix + name
         inner = _inner_model(info.annotation)
@@ -106,14 +117,15 @@ def test_example_config_documents_every_key_and_loads():
     assert cfg.vllm.parallel_size() == 2
     text = (ROOT / "config.example.yaml").read_text()
     readme = (ROOT / "README.md").read_text()
-    table = readme[readme.index("| key | what |"):]
-    table = table[:table.index("\n\n")]
+    table = readme[readme.index("| key | what |") :]
+    table = table[: table.index("\n\n")]
     keys = list(model_keys())
     assert len(keys) > 40 and "nodes.ssh.ciphers" in keys
     for key in keys:
         leaf = key.rsplit(".", 1)[-1]
-        assert re.search(rf"^\s*#?\s*(- )?{leaf}:|[{{,]\s*{leaf}:", text, re.M), \
+        assert re.search(rf"^\s*#?\s*(- )?{leaf}:|[{{,]\s*{leaf}:", text, re.M), (
             f"{key} undocumented in config.example.yaml"
+        )
         assert f"`{leaf}`" in table or f"`{key}`" in table, f"{key} missing from the README table"
 
 
@@ -143,9 +155,11 @@ def test_ssh_ciphers_default_override_and_null(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("nodes:\n  - {name: a, host: h}\n")
     assert config.load(str(p)).nodes[0].ssh.ciphers == config.DEFAULT_CIPHERS
-    p.write_text("ssh: {ciphers: chacha20-poly1305@openssh.com}\n"
-                 "nodes:\n  - {name: a, host: h, role: head}\n"
-                 "  - {name: b, host: i, role: worker, ssh: {ciphers: null}}\n")
+    p.write_text(
+        "ssh: {ciphers: chacha20-poly1305@openssh.com}\n"
+        "nodes:\n  - {name: a, host: h, role: head}\n"
+        "  - {name: b, host: i, role: worker, ssh: {ciphers: null}}\n"
+    )
     a, b = config.load(str(p)).nodes
     assert a.ssh.ciphers == "chacha20-poly1305@openssh.com"
     assert b.ssh.ciphers is None  # ~/.ssh/config and asyncssh choose

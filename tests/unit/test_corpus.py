@@ -45,6 +45,7 @@ def test_corpus_is_large_split_by_url_and_covers_every_category():
     train_urls = {c.url for c in cases if c.split == "train"}
     assert not train_urls & {c.url for c in held}
     from sparktui.knowledge import CATEGORIES
+
     for split in ("train", "heldout"):
         assert {c.category for c in cases if c.split == split} == set(CATEGORIES), split
 
@@ -72,6 +73,9 @@ def test_healthy_real_logs_raise_no_error(matcher):
 
 
 def test_a_log_with_a_traceback_or_error_line_never_gives_nothing(matcher):
-    silent = [c.id for c in crash_corpus.cases()
-              if FAILED_RE.search(c.log) and not diagnose_bytes(c.log.encode(), matcher)]
+    silent = [
+        c.id
+        for c in crash_corpus.cases()
+        if FAILED_RE.search(c.log) and not diagnose_bytes(c.log.encode(), matcher)
+    ]
     assert silent == []

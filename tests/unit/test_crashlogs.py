@@ -105,12 +105,15 @@ def test_healthy_logs_raise_no_error(name, matcher):
     assert [f for f in findings if f.severity == "error"] == []
 
 
-@pytest.mark.parametrize("name, category, pid", [
-    ("vllm_port_in_use.log", "port_in_use", "port.errno98"),
-    ("torch_cuda_oom_h200.log", "cuda_oom_kv_cache", "oom.cuda"),
-    ("vllm_bad_max_model_len.log", "engine_startup", "cfg.max_model_len_too_big"),
-    ("vllm_unknown_flag.log", "engine_startup", "eng.bad_args"),
-])
+@pytest.mark.parametrize(
+    "name, category, pid",
+    [
+        ("vllm_port_in_use.log", "port_in_use", "port.errno98"),
+        ("torch_cuda_oom_h200.log", "cuda_oom_kv_cache", "oom.cuda"),
+        ("vllm_bad_max_model_len.log", "engine_startup", "cfg.max_model_len_too_big"),
+        ("vllm_unknown_flag.log", "engine_startup", "eng.bad_args"),
+    ],
+)
 def test_other_real_failures(name, category, pid, matcher):
     first = diagnose_file(FIXTURES / "vllm" / name, matcher)[0]
     assert (first.category, first.id) == (category, pid)

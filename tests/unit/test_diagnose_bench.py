@@ -19,8 +19,10 @@ def test_ere_translation_is_accepted_by_grep_and_equivalent_on_examples(tmp_path
     if shutil.which("grep") is None:
         pytest.skip("no grep")
     log = tmp_path / "l.log"
-    log.write_text("healthy line\nOSError: [Errno 98] Address already in use\n"
-                   "Model architectures ['Foo'] are not supported for now\n")
+    log.write_text(
+        "healthy line\nOSError: [Errno 98] Address already in use\n"
+        "Model architectures ['Foo'] are not supported for now\n"
+    )
     r = subprocess.run(["grep", "-E", "-c", "-f", str(sigs), str(log)], capture_output=True)
     assert r.returncode == 0 and r.stdout.strip() == b"2"
 

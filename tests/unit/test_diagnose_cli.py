@@ -28,12 +28,18 @@ def clean_env(tmp_path, monkeypatch):
 
 
 def sparktui(*args: str, stdin: bytes | None = None, env_dir: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HOME=str(env_dir), XDG_CONFIG_HOME=str(env_dir / "xdg"),
-               PYTHONPATH=str(ROOT))
+    env = dict(
+        os.environ, HOME=str(env_dir), XDG_CONFIG_HOME=str(env_dir / "xdg"), PYTHONPATH=str(ROOT)
+    )
     env.pop("SPARKTUI_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "sparktui", "diagnose", *args],
-                          input=stdin, capture_output=True, timeout=120, env=env,
-                          cwd=env_dir)
+    return subprocess.run(
+        [sys.executable, "-m", "sparktui", "diagnose", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=120,
+        env=env,
+        cwd=env_dir,
+    )
 
 
 def test_json_for_the_ip_mismatch_log_root_cause_first(tmp_path):
@@ -41,14 +47,19 @@ def test_json_for_the_ip_mismatch_log_root_cause_first(tmp_path):
     assert r.returncode == 1, r.stderr
     data = json.loads(r.stdout)
     first = data["findings"][0]
-    assert set(first) >= {"id", "category", "severity", "title", "line", "text", "fix",
-                          "captures"}
+    assert set(first) >= {"id", "category", "severity", "title", "line", "text", "fix", "captures"}
     assert (first["id"], first["category"], first["severity"], first["line"]) == (
-        "pg.no_node_type", "placement_group_ip_mismatch", "error", 33)
+        "pg.no_node_type",
+        "placement_group_ip_mismatch",
+        "error",
+        33,
+    )
     assert first["captures"]["ip"] == "198.19.200.101"
     assert "VLLM_HOST_IP" in first["fix"]
-    assert [f["category"] for f in data["findings"]] == ["placement_group_ip_mismatch",
-                                                         "engine_startup"]
+    assert [f["category"] for f in data["findings"]] == [
+        "placement_group_ip_mismatch",
+        "engine_startup",
+    ]
 
 
 def test_healthy_log_exits_0(tmp_path):
@@ -99,16 +110,20 @@ def test_in_process_main(clean_env, capsys):
 
 def test_in_process_wrapper_only(clean_env, capsys):
     log = clean_env / "w.log"
-    log.write_text("RuntimeError: Engine core initialization failed. See root cause above. "
-                   "Failed core proc(s): {}\n")
+    log.write_text(
+        "RuntimeError: Engine core initialization failed. See root cause above. "
+        "Failed core proc(s): {}\n"
+    )
     assert cli.main(["diagnose", str(log)]) == 1
     assert "Root cause not in this log excerpt" in capsys.readouterr().out
 
 
 def test_benign_only_log_exits_0(clean_env, capsys):
     log = clean_env / "spark.log"
-    log.write_text('{"level":"warn","msg":"NVML memory APIs not supported for unified memory '
-                   'device, falling back to system memory","product_name":"NVIDIA-GB10"}\n')
+    log.write_text(
+        '{"level":"warn","msg":"NVML memory APIs not supported for unified memory '
+        'device, falling back to system memory","product_name":"NVIDIA-GB10"}\n'
+    )
     assert cli.main(["diagnose", "--json", str(log)]) == 0
     f = json.loads(capsys.readouterr().out)["findings"]
     assert [(x["category"], x["severity"]) for x in f] == [("dgx_spark_gb10", "info")]

@@ -34,8 +34,9 @@ def engine(request) -> str:
     return request.param
 
 
-async def collect(follower, until, timeout: float = 20.0,
-                  lines: list[str] | None = None) -> list[LogBatch]:
+async def collect(
+    follower, until, timeout: float = 20.0, lines: list[str] | None = None
+) -> list[LogBatch]:
     """Batches until `until(lines, batches)` is true (or fail after `timeout`)."""
     batches: list[LogBatch] = []
     lines = [] if lines is None else lines
@@ -50,8 +51,10 @@ async def collect(follower, until, timeout: float = 20.0,
     try:
         await asyncio.wait_for(run(), timeout)
     except asyncio.TimeoutError:
-        pytest.fail(f"timed out; got {len(lines)} lines, last {lines[-3:]}, "
-                    f"events {[e for b in batches for e in b.events]}")
+        pytest.fail(
+            f"timed out; got {len(lines)} lines, last {lines[-3:]}, "
+            f"events {[e for b in batches for e in b.events]}"
+        )
     return batches
 
 
@@ -82,21 +85,31 @@ async def test_initial_lines_then_appends_rotation_and_truncation(tmp_path, engi
         with open(p, "a") as fh:
             fh.write("ial\n")
         await shown("partial")
-        os.rename(p, tmp_path / "vllm.log.1")          # logrotate: rename, then new file
+        os.rename(p, tmp_path / "vllm.log.1")  # logrotate: rename, then new file
         with open(tmp_path / "vllm.log.1", "a") as fh:
             fh.write("late old\nunfinished")
         await asyncio.sleep(0.1)
         p.write_text("rot 1\n")
         await shown("rot 1")
-        p.write_text("")                                # copytruncate
+        p.write_text("")  # copytruncate
         await asyncio.sleep(0.5)
         p.write_text("after trunc\n")
 
     w = asyncio.create_task(writer())
     batches = await collect(f, lambda lines, _: "after trunc" in lines, lines=seen)
     await w
-    assert lines_of(batches) == ["old 7", "old 8", "old 9", "new 1", "new 2", "partial",
-                                 "late old", "unfinished", "rot 1", "after trunc"]
+    assert lines_of(batches) == [
+        "old 7",
+        "old 8",
+        "old 9",
+        "new 1",
+        "new 2",
+        "partial",
+        "late old",
+        "unfinished",
+        "rot 1",
+        "after trunc",
+    ]
     ev = " | ".join(events_of(batches))
     assert "rotated" in ev and "truncated" in ev
     assert all(b.node == "spark-1" and b.source == str(p) for b in batches)
@@ -122,13 +135,17 @@ async def test_missing_file_is_waited_for_and_read_from_its_start(tmp_path, engi
     assert any("does not exist" in e for e in events_of(batches))
     # what the log pane shows as trouble, and what as news, on these real events
     assert {e.split()[0]: stream_trouble(e) for e in events_of(batches)} == {
-        str(p): True, "following": False}
+        str(p): True,
+        "following": False,
+    }
 
 
 async def test_long_lines_are_cut_and_bad_utf8_replaced(tmp_path, engine):
     p = tmp_path / "x.log"
     p.write_bytes(b"\xff\xfebad\n" + b"L" * 300_000 + b"\nshort\n")
-    f = FileFollower(LocalTransport("n"), str(p), from_start=True, max_line=1000, engine=engine, **FAST)
+    f = FileFollower(
+        LocalTransport("n"), str(p), from_start=True, max_line=1000, engine=engine, **FAST
+    )
     batches = await collect(f, lambda lines, _: "short" in lines)
     got = lines_of(batches)
     assert got[0] == "\ufffd\ufffdbad"
@@ -173,7 +190,8 @@ def _check_sequence(lines: list[str], total: int) -> None:
     numbers = [int(ln.split()[1]) for ln in lines]
     assert numbers == list(range(total)), (
         f"lost {sorted(set(range(total)) - set(numbers))[:5]}, "
-        f"repeated {[n for n in set(numbers) if numbers.count(n) > 1][:5]}")
+        f"repeated {[n for n in set(numbers) if numbers.count(n) > 1][:5]}"
+    )
 
 
 async def test_killing_the_remote_follower_loses_and_repeats_nothing(tmp_path, engine):
@@ -193,8 +211,11 @@ async def test_killing_the_remote_follower_loses_and_repeats_nothing(tmp_path, e
 
     w = asyncio.create_task(_numbered_writer(p, total))
     k = asyncio.create_task(killer())
-    batches = await collect(f, lambda lines, _: len(lines) >= total and
-                            lines[-1].startswith(f"line {total - 1:06d}"), timeout=60)
+    batches = await collect(
+        f,
+        lambda lines, _: len(lines) >= total and lines[-1].startswith(f"line {total - 1:06d}"),
+        timeout=60,
+    )
     await w
     k.cancel()
     assert kills >= 3 and f.reconnects >= 3
@@ -218,7 +239,7 @@ class FlakyTransport(LocalTransport):
             async for chunk in gen:
                 if self.drops < 8 and self.rng.random() < self.p:
                     self.drops += 1
-                    yield chunk[:self.rng.randint(0, len(chunk))]
+                    yield chunk[: self.rng.randint(0, len(chunk))]
                     raise TransportError(f"{self.node}: connection lost (simulated)")
                 yield chunk
         finally:
@@ -257,8 +278,15 @@ async def test_position_resumes_a_new_follower_where_the_old_one_stopped(tmp_pat
 async def test_batches_are_bounded(tmp_path, engine):
     p = tmp_path / "big.log"
     p.write_text("".join(f"{i}\n" for i in range(5000)))
-    f = FileFollower(LocalTransport("n"), str(p), from_start=True, max_batch_lines=300,
-                     queue_size=2, engine=engine, **FAST)
+    f = FileFollower(
+        LocalTransport("n"),
+        str(p),
+        from_start=True,
+        max_batch_lines=300,
+        queue_size=2,
+        engine=engine,
+        **FAST,
+    )
     batches = await collect(f, lambda lines, _: len(lines) >= 5000)
     assert max(len(b.lines) for b in batches) <= 300
     assert lines_of(batches) == [str(i) for i in range(5000)]
@@ -279,7 +307,7 @@ async def test_callback_api_and_stop(tmp_path, engine):
     await asyncio.wait_for(f.run(cb), 10)
     assert seen == ["one", "two"]
     await asyncio.sleep(0.2)
-    assert _pids_following(p) == []       # the remote command ended with the follower
+    assert _pids_following(p) == []  # the remote command ended with the follower
 
 
 async def test_merge_tags_batches_with_their_node(tmp_path, engine):
@@ -303,17 +331,21 @@ async def test_merge_tags_batches_with_their_node(tmp_path, engine):
 async def test_ray_worker_logs_lists_newest_first(tmp_path):
     d = tmp_path / "logs"
     d.mkdir()
-    for i, name in enumerate(["worker-aa-01-100.err", "worker-bb-01-442.err",
-                              "worker-bb-01-442.out", "raylet.out"]):
+    for i, name in enumerate(
+        ["worker-aa-01-100.err", "worker-bb-01-442.err", "worker-bb-01-442.out", "raylet.out"]
+    ):
         (d / name).write_text("x\n")
         os.utime(d / name, (1000 + i, 1000 + i))
     t = LocalTransport("n")
     all_logs = await ray_worker_logs(t, log_dir=str(d))
-    assert all_logs == [str(d / "worker-bb-01-442.out"), str(d / "worker-bb-01-442.err"),
-                        str(d / "worker-aa-01-100.err")]
+    assert all_logs == [
+        str(d / "worker-bb-01-442.out"),
+        str(d / "worker-bb-01-442.err"),
+        str(d / "worker-aa-01-100.err"),
+    ]
     assert await ray_worker_logs(t, log_dir=str(d), pid="442", limit=1) == [
-        str(d / "worker-bb-01-442.out")]
-
+        str(d / "worker-bb-01-442.out")
+    ]
 
 
 async def test_the_node_side_follower_ends_once_its_reader_is_gone(tmp_path, engine):
@@ -324,8 +356,9 @@ async def test_the_node_side_follower_ends_once_its_reader_is_gone(tmp_path, eng
     p.write_text("only line\n")
     f = FileFollower(LocalTransport("n"), str(p), event_wait=0.5, engine=engine, **FAST)
     argv = f._command().argv
-    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.STDOUT)
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
     try:
         assert proc.stdout is not None
         first = await asyncio.wait_for(proc.stdout.readline(), 10)
@@ -345,8 +378,9 @@ async def test_a_node_whose_python3_fails_is_followed_by_the_shell_loop(tmp_path
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     broken = bin_dir / "python3"  # what an unusable interpreter prints instead of frames
-    broken.write_text("#!/bin/sh\necho 'python3: error while loading shared libraries' >&2\n"
-                      "exit 127\n")
+    broken.write_text(
+        "#!/bin/sh\necho 'python3: error while loading shared libraries' >&2\nexit 127\n"
+    )
     broken.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     p = tmp_path / "vllm.log"
@@ -364,8 +398,9 @@ async def test_a_node_whose_python3_fails_is_followed_by_the_shell_loop(tmp_path
     await w
     assert lines_of(batches) == ["one", "two", "three"]
     assert f.engine == "sh"
-    assert any("python3 on spark-1 could not follow" in e and "shell loop" in e
-               for e in events_of(batches))
+    assert any(
+        "python3 on spark-1 could not follow" in e and "shell loop" in e for e in events_of(batches)
+    )
 
 
 async def test_other_unframed_output_does_not_switch_engines(tmp_path, monkeypatch):
@@ -374,13 +409,15 @@ async def test_other_unframed_output_does_not_switch_engines(tmp_path, monkeypat
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "docker"  # what docker prints when the container does not exist
-    fake.write_text("#!/bin/sh\necho 'Error response from daemon: No such container: ray' >&2\n"
-                    "exit 1\n")
+    fake.write_text(
+        "#!/bin/sh\necho 'Error response from daemon: No such container: ray' >&2\nexit 1\n"
+    )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     f = FileFollower(LocalTransport("spark-2"), "/tmp/ray/x.err", container="ray", **FAST)
-    batches = await collect(f, lambda _l, bs: sum("connection lost" in e for b in bs
-                                                  for e in b.events) >= 2)
+    batches = await collect(
+        f, lambda _l, bs: sum("connection lost" in e for b in bs for e in b.events) >= 2
+    )
     assert f.engine == "auto"
     assert any("No such container" in e for e in events_of(batches))
     assert not any("python3" in e for e in events_of(batches))
@@ -390,6 +427,7 @@ async def test_other_unframed_output_does_not_switch_engines(tmp_path, monkeypat
 def test_an_unknown_engine_is_refused():
     with pytest.raises(ValueError, match="engine"):
         FileFollower(LocalTransport("n"), "/tmp/x.log", engine="perl")
+
 
 # --- docker logs -f ------------------------------------------------------------------------
 
@@ -448,8 +486,9 @@ async def test_docker_logs_follower_resumes_with_since(tmp_path):
                 await asyncio.sleep(0.01)
 
     t = FlakyTransport("spark-1", seed=11, p=0.6)
-    f = DockerLogFollower(t, "vllm_node", docker=str(fake), initial_lines=100_000,
-                          backoff=(0.05, 0.2))
+    f = DockerLogFollower(
+        t, "vllm_node", docker=str(fake), initial_lines=100_000, backoff=(0.05, 0.2)
+    )
     w = asyncio.create_task(writer())
     batches = await collect(f, lambda lines, _: len(lines) >= total, timeout=60)
     await w
@@ -460,7 +499,10 @@ async def test_docker_logs_follower_resumes_with_since(tmp_path):
 
 def test_docker_timestamps_compare_with_variable_precision():
     k = DockerLogFollower.ts_key
-    assert k(b"2026-11-29T22:00:00Z") < k(b"2026-11-29T22:00:00.5Z") < \
-        k(b"2026-11-29T22:00:00.500000001Z")
+    assert (
+        k(b"2026-11-29T22:00:00Z")
+        < k(b"2026-11-29T22:00:00.5Z")
+        < k(b"2026-11-29T22:00:00.500000001Z")
+    )
     assert k(b"2026-11-29T22:00:00.1Z") == k(b"2026-11-29T22:00:00.100000000Z")
     assert k(b"nonsense") is None

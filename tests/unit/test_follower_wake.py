@@ -21,8 +21,10 @@ def _gnu_tail() -> bool:
     return "GNU" in out.stdout
 
 
-pytestmark = [pytest.mark.skipif(not _gnu_tail(), reason="needs GNU tail and timeout"),
-              pytest.mark.usefixtures("reap_subprocesses")]
+pytestmark = [
+    pytest.mark.skipif(not _gnu_tail(), reason="needs GNU tail and timeout"),
+    pytest.mark.usefixtures("reap_subprocesses"),
+]
 
 
 @pytest.mark.parametrize("engine", ["auto", "sh"])
@@ -30,8 +32,9 @@ async def test_a_line_arrives_long_before_the_poll_interval(tmp_path, engine):
     log = tmp_path / "vllm.log"
     log.write_text("first\n")
     # polling every 30 s could not deliver the lines below within the test's time
-    f = FileFollower(LocalTransport("local"), str(log), poll_interval=30, event_wait=30,
-                     engine=engine)
+    f = FileFollower(
+        LocalTransport("local"), str(log), poll_interval=30, event_wait=30, engine=engine
+    )
     got: list[tuple[float, str]] = []
 
     async def follow() -> None:

@@ -15,7 +15,11 @@ def test_whole_probe_on_a_real_h200_with_a_busy_process():
     assert p.complete
     [g] = p.gpus
     assert (g.name, g.memory_used_mib, g.memory_total_mib, g.unified) == (
-        "NVIDIA H200", 19601, 143771, False)
+        "NVIDIA H200",
+        19601,
+        143771,
+        False,
+    )
     assert g.uuid.startswith("GPU-509c2a83")
     [proc] = p.gpu_processes
     assert (proc.process_name, proc.used_memory_mib) == ("python3", 19592)

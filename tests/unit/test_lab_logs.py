@@ -23,13 +23,17 @@ EXPECTED: dict[str, tuple[str, str] | None] = {
     # the worker's raylet SIGKILLed while serving: vLLM's rank 1 dies; the driver's log
     # carries Ray's "Raylet is terminated. Termination is unexpected" (the knowledge base's
     # second round names that before the worker-death wrapper)
-    "serve_tp2_worker_raylet_killed.vllm.log": ("ray.raylet_terminated",
-                                                "ray_worker_died_segfault"),
+    "serve_tp2_worker_raylet_killed.vllm.log": (
+        "ray.raylet_terminated",
+        "ray_worker_died_segfault",
+    ),
     "serve_tp2_worker_raylet_killed.spark-1.ray.log": None,  # the head's Ray: fine
     # the worker's `ray start --block`: "Some Ray subprocesses exited unexpectedly: raylet
     # [exit code=-9]"
-    "serve_tp2_worker_raylet_killed.spark-2.ray.log": ("ray.raylet_exited",
-                                                       "ray_worker_died_segfault"),
+    "serve_tp2_worker_raylet_killed.spark-2.ray.log": (
+        "ray.raylet_exited",
+        "ray_worker_died_segfault",
+    ),
     # the seed failure: the head's VLLM_HOST_IP = its external IP, Ray pinned to the
     # interconnect, vLLM's old Ray executor, 25 s placement-group wait
     "seed_pg_ip_mismatch_cli.vllm.log": ("pg.no_node_type", "placement_group_ip_mismatch"),
@@ -76,14 +80,16 @@ def test_vllm_logs_are_real_runs():
 
 @pytest.mark.parametrize(("name", "expected"), list(_params()))
 def test_lab_log_first_finding(matcher, name, expected):
-    findings = [f for f in diagnose_file(LAB_LOGS / name, matcher)
-                if f.severity in ("error", "warning")]
+    findings = [
+        f for f in diagnose_file(LAB_LOGS / name, matcher) if f.severity in ("error", "warning")
+    ]
     if expected is None:
         assert findings == [], [(f.id, f.message) for f in findings]
         return
     assert findings, "no finding"
-    assert (findings[0].id, findings[0].category) == expected, \
-        [(f.id, f.category) for f in findings]
+    assert (findings[0].id, findings[0].category) == expected, [
+        (f.id, f.category) for f in findings
+    ]
 
 
 def _seed_snapshot(k: int) -> ClusterSnapshot:
@@ -92,18 +98,30 @@ def _seed_snapshot(k: int) -> ClusterSnapshot:
     nodes = []
     for i in (1, 2):
         ext, ic = f"198.18.{k}.1{i}", f"198.19.{k}.1{i}"
-        nodes.append(NodeState(
-            name=f"spark-{i}", host=ext, role="head" if i == 1 else "worker", configured_ip=ic,
-            reachable=True,
-            interfaces=[Interface("enP7s7", "UP", [ext]), Interface("enp1s0f0np0", "UP", [ic])],
-            ray=RayView(registered_ip=ic, alive=True, gpus=1.0),
-            env={"VLLM_HOST_IP": ext if i == 1 else ic}))
-    return ClusterSnapshot("lab", nodes, ray_nodes=[
-        RayNode(f"n{i}", f"198.19.{k}.1{i}", True, is_head=i == 1, gpus=1.0) for i in (1, 2)])
+        nodes.append(
+            NodeState(
+                name=f"spark-{i}",
+                host=ext,
+                role="head" if i == 1 else "worker",
+                configured_ip=ic,
+                reachable=True,
+                interfaces=[Interface("enP7s7", "UP", [ext]), Interface("enp1s0f0np0", "UP", [ic])],
+                ray=RayView(registered_ip=ic, alive=True, gpus=1.0),
+                env={"VLLM_HOST_IP": ext if i == 1 else ic},
+            )
+        )
+    return ClusterSnapshot(
+        "lab",
+        nodes,
+        ray_nodes=[
+            RayNode(f"n{i}", f"198.19.{k}.1{i}", True, is_head=i == 1, gpus=1.0) for i in (1, 2)
+        ],
+    )
 
 
-@pytest.mark.parametrize("name", ["seed_pg_ip_mismatch_cli.vllm.log",
-                                  "seed_pg_ip_mismatch_tui.vllm.log"])
+@pytest.mark.parametrize(
+    "name", ["seed_pg_ip_mismatch_cli.vllm.log", "seed_pg_ip_mismatch_tui.vllm.log"]
+)
 def test_seed_log_joined_names_the_node_the_variable_and_both_ips(matcher, name):
     text = (LAB_LOGS / name).read_text(errors="replace")
     m = re.search(r"'node:198\.18\.(\d+)\.11': 0\.001", text)

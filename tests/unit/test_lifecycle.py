@@ -25,8 +25,10 @@ def _raw(p: Path) -> str:
 
 
 def _snap(v: VllmStatus) -> ClusterSnapshot:
-    nodes = [NodeState("spark-1", "h1", "head", "198.19.13.11", reachable=True),
-             NodeState("spark-2", "h2", "worker", "198.19.13.12", reachable=True)]
+    nodes = [
+        NodeState("spark-1", "h1", "head", "198.19.13.11", reachable=True),
+        NodeState("spark-2", "h2", "worker", "198.19.13.12", reachable=True),
+    ]
     return ClusterSnapshot("lab", nodes, vllm=v)
 
 
@@ -54,16 +56,35 @@ def test_latency_is_the_difference_over_the_window() -> None:
     lc.feed_status(first, 0.0)
     assert first.ttft_p50_s is None  # one sample: no window yet
     # the same counters a bit later, 10 more first tokens all in (0.1, 0.25]
-    later = METRICS.replace('le="0.25",model_name="tinyllama"} 408.0',
-                            'le="0.25",model_name="tinyllama"} 418.0')
-    for le in ("0.5", "0.75", "1.0", "2.5", "5.0", "7.5", "10.0", "20.0", "40.0", "80.0",
-               "160.0", "640.0", "2560.0", "+Inf"):
-        later = later.replace(f'time_to_first_token_seconds_bucket{{engine="0",le="{le}",'
-                              f'model_name="tinyllama"}} 408.0',
-                              f'time_to_first_token_seconds_bucket{{engine="0",le="{le}",'
-                              f'model_name="tinyllama"}} 418.0')
-    later = later.replace("time_to_first_token_seconds_count{engine=\"0\",model_name=\"tinyllama\"} 408.0",
-                          "time_to_first_token_seconds_count{engine=\"0\",model_name=\"tinyllama\"} 418.0")
+    later = METRICS.replace(
+        'le="0.25",model_name="tinyllama"} 408.0', 'le="0.25",model_name="tinyllama"} 418.0'
+    )
+    for le in (
+        "0.5",
+        "0.75",
+        "1.0",
+        "2.5",
+        "5.0",
+        "7.5",
+        "10.0",
+        "20.0",
+        "40.0",
+        "80.0",
+        "160.0",
+        "640.0",
+        "2560.0",
+        "+Inf",
+    ):
+        later = later.replace(
+            f'time_to_first_token_seconds_bucket{{engine="0",le="{le}",'
+            f'model_name="tinyllama"}} 408.0',
+            f'time_to_first_token_seconds_bucket{{engine="0",le="{le}",'
+            f'model_name="tinyllama"}} 418.0',
+        )
+    later = later.replace(
+        'time_to_first_token_seconds_count{engine="0",model_name="tinyllama"} 408.0',
+        'time_to_first_token_seconds_count{engine="0",model_name="tinyllama"} 418.0',
+    )
     v = _status(later)
     assert v.histograms["ttft"].count == 418
     lc.feed_status(v, 10.0)
@@ -83,16 +104,22 @@ def test_vllm_stalled_only_with_requests_running_and_tokens_frozen() -> None:
     assert [f.id for f in found] == ["vllm-stalled"] and found[0].node == "spark-1"
     assert "36 request(s) running" in found[0].message and "tear down" in found[0].fix
     # the counter moves again: gone
-    moved = _status(METRICS.replace("vllm:generation_tokens_total{engine=\"0\",model_name="
-                                    "\"tinyllama\"} 12918.0",
-                                    "vllm:generation_tokens_total{engine=\"0\",model_name="
-                                    "\"tinyllama\"} 12919.0"))
+    moved = _status(
+        METRICS.replace(
+            'vllm:generation_tokens_total{engine="0",model_name="tinyllama"} 12918.0',
+            'vllm:generation_tokens_total{engine="0",model_name="tinyllama"} 12919.0',
+        )
+    )
     assert moved.generation_tokens_total == 12919.0
     lc.feed_status(moved, 7.0)
     assert not lc.findings(_snap(moved), 7.0, "spark-1")
     # silence with nothing running is not a stall
-    idle = _status(METRICS.replace('vllm:num_requests_running{engine="0",model_name="tinyllama"} 36.0',
-                                   'vllm:num_requests_running{engine="0",model_name="tinyllama"} 0.0'))
+    idle = _status(
+        METRICS.replace(
+            'vllm:num_requests_running{engine="0",model_name="tinyllama"} 36.0',
+            'vllm:num_requests_running{engine="0",model_name="tinyllama"} 0.0',
+        )
+    )
     assert idle.running == 0
     for t in (8.0, 20.0, 40.0):
         lc.feed_status(idle, t)
@@ -114,7 +141,7 @@ def test_load_stalled_when_the_bar_stops_and_names_the_node() -> None:
     assert [f.id for f in found] == ["vllm-load-stalled"]
     assert found[0].node == "spark-1" and "0/1" in found[0].message
     # it moves: gone
-    tl2 = parse_phases(lines[:cut + 1], year=2026)
+    tl2 = parse_phases(lines[: cut + 1], year=2026)
     lc.feed_timeline(tl2, 7.0)
     assert not lc.findings(_snap(v), 7.0, "spark-1")
 

@@ -11,8 +11,7 @@ def _boom(args):
     raise ZeroDivisionError("division by zero")
 
 
-def test_internal_error_is_one_line_and_its_traceback_is_in_the_log(monkeypatch, tmp_path,
-                                                                   capsys):
+def test_internal_error_is_one_line_and_its_traceback_is_in_the_log(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     import sparktui.commands.diagnose as diagnose
 
@@ -20,8 +19,9 @@ def test_internal_error_is_one_line_and_its_traceback_is_in_the_log(monkeypatch,
     assert cli.main(["diagnose", "some.log"]) == 1
     err = capsys.readouterr().err
     log = tmp_path / "sparktui" / "sparktui.log"
-    assert err == (f"sparktui: internal error: ZeroDivisionError: division by zero "
-                   f"(details in {log})\n")
+    assert err == (
+        f"sparktui: internal error: ZeroDivisionError: division by zero (details in {log})\n"
+    )
     text = log.read_text()
     assert "Traceback (most recent call last)" in text and "_boom" in text
 

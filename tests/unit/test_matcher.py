@@ -43,9 +43,12 @@ def naive(matcher: Matcher, data: bytes) -> set[tuple[str, int]]:
     benign = {no for pid, no in out if role[pid] == "benign"}
     named = {no for pid, no in out if role[pid] not in ("context", "fallback", "hint", "signal")}
     weak = ("fallback", "hint", "signal")
-    return {(pid, no) for pid, no in out
-            if (no not in benign or role[pid] in ("benign", "context"))
-            and (role[pid] not in weak or no not in named)}
+    return {
+        (pid, no)
+        for pid, no in out
+        if (no not in benign or role[pid] in ("benign", "context"))
+        and (role[pid] not in weak or no not in named)
+    }
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in VLLM.glob("*.log")))
@@ -64,10 +67,14 @@ def test_crash_corpus_naive_hits_are_found(m):
         data = case["log"].encode()
         hits = m.scan_bytes(data)
         # a wrapped message (span > 0) explains its line: no fallback there, unlike naive's
-        named = {h.line for h in hits
-                 if h.pattern.role not in ("context", "fallback", "hint", "signal")}
-        slow = {(pid, no) for pid, no in naive(m, data)
-                if not (m.kb.by_id[pid].role in ("fallback", "hint", "signal") and no in named)}
+        named = {
+            h.line for h in hits if h.pattern.role not in ("context", "fallback", "hint", "signal")
+        }
+        slow = {
+            (pid, no)
+            for pid, no in naive(m, data)
+            if not (m.kb.by_id[pid].role in ("fallback", "hint", "signal") and no in named)
+        }
         assert slow <= {(h.id, h.line) for h in hits}, case["id"]
 
 
@@ -87,7 +94,7 @@ def test_feeding_in_pieces_gives_the_same_hits(step, m):
     sc = m.scanner()
     got = []
     for i in range(0, len(data), step):
-        got += sc.feed(data[i:i + step])
+        got += sc.feed(data[i : i + step])
     got += sc.close()
     assert sorted((h.id, h.line, h.captures.get("ip")) for h in got) == sorted(whole)
 
@@ -116,35 +123,41 @@ def test_wrapped_message_with_prefixed_continuation_lines(m):
         "utilization (0.91, 110.74 GiB)\n"
     )
     hit = next(h for h in m.scan_text(log) if h.id == "oom.free_mem_startup")
-    assert (hit.line, hit.captures["want"], hit.captures["process"]) == (1, "110.74",
-                                                                           "EngineCore")
+    assert (hit.line, hit.captures["want"], hit.captures["process"]) == (1, "110.74", "EngineCore")
 
 
 def test_continuation_arriving_later_still_matches(m):
     sc = m.scanner()
     first = sc.feed(b"ray.exceptions.OutOfMemoryError: 1 worker(s) were killed due to the node\n")
     assert [h.id for h in first if h.pattern.role not in ("fallback", "signal", "hint")] == []
-    later = sc.feed(b"running low on memory. Memory on the node (IP: 10.99.0.2) was\n"
-                    b"113.76GB / 119.70GB (0.950345)\n")
+    later = sc.feed(
+        b"running low on memory. Memory on the node (IP: 10.99.0.2) was\n"
+        b"113.76GB / 119.70GB (0.950345)\n"
+    )
     hit = next(h for h in later if h.id == "spark.ray_oom_monitor")
     assert (hit.line, hit.captures["ip"], hit.captures["used"]) == (1, "10.99.0.2", "113.76")
 
 
-@pytest.mark.parametrize("order", ["{'GPU': 1.0, 'node:%s': 0.001}",
-                                   "{'node:%s': 0.001, 'GPU': 1.0}"])
+@pytest.mark.parametrize(
+    "order", ["{'GPU': 1.0, 'node:%s': 0.001}", "{'node:%s': 0.001, 'GPU': 1.0}"]
+)
 def test_autoscaler_line_with_ansi_and_either_key_order(order, m):
     spec = order % "192.168.200.12"
-    line = (f"\x1b[33m(autoscaler +41s)\x1b[0m Error: No available node types can fulfill "
-            f"resource request {spec}. Add suitable node types to this cluster.\n")
+    line = (
+        f"\x1b[33m(autoscaler +41s)\x1b[0m Error: No available node types can fulfill "
+        f"resource request {spec}. Add suitable node types to this cluster.\n"
+    )
     hit = next(h for h in m.scan_text(line) if h.id == "pg.no_node_type")
     assert hit.captures["ip"] == "192.168.200.12"
     assert "\x1b" not in hit.text and hit.text.startswith("(autoscaler +41s) Error")
 
 
 def test_ray_prefix_gives_node_ip_and_process(m):
-    line = ("(EngineCore_DP0 pid=1088) (RayWorkerWrapper pid=285, ip=192.168.177.12) ERROR "
-            "12-17 23:28:01 [worker_base.py:344] Error executing method 'load_model'. This "
-            "might cause deadlock in distributed execution.\n")
+    line = (
+        "(EngineCore_DP0 pid=1088) (RayWorkerWrapper pid=285, ip=192.168.177.12) ERROR "
+        "12-17 23:28:01 [worker_base.py:344] Error executing method 'load_model'. This "
+        "might cause deadlock in distributed execution.\n"
+    )
     hit = next(h for h in m.scan_text(line) if h.id == "model.load_model_wrapper")
     assert hit.captures["node_ip"] == "192.168.177.12"
     assert hit.captures["process"] == "RayWorkerWrapper"
@@ -153,8 +166,10 @@ def test_ray_prefix_gives_node_ip_and_process(m):
 def test_prefix_helpers():
     assert prefix_captures("(APIServer pid=1) INFO x") == {"process": "APIServer"}
     assert prefix_captures("text (Foo pid=2, ip=1.2.3.4) later") == {}
-    assert strip_prefixes("(EngineCore pid=9) ERROR 11-29 22:32:30 [core.py:1] less than") == \
-        "less than"
+    assert (
+        strip_prefixes("(EngineCore pid=9) ERROR 11-29 22:32:30 [core.py:1] less than")
+        == "less than"
+    )
     assert clean_line("x [repeated 6x across cluster]\r\n") == "x"
     assert strip_ansi_bytes(b"a\x1b[1;32mb\x1b[0m\nc\n") == b"ab\nc\n"
 
@@ -166,8 +181,9 @@ def test_repeated_suffix_does_not_defeat_end_anchors():
 
 
 def test_pattern_re2_cannot_compile_still_works():
-    kb = load([{"id": "t.look", "category": "nccl_error",
-                "regex": r"(?<=worker )died(?! peacefully)"}])
+    kb = load(
+        [{"id": "t.look", "category": "nccl_error", "regex": r"(?<=worker )died(?! peacefully)"}]
+    )
     mt = Matcher(kb)
     assert any(pid == "t.look" for pid in (mt.patterns[i].id for i, _ in mt._slow))
     hits = mt.scan_text("worker died peacefully\nworker died\n")
@@ -188,22 +204,35 @@ def test_benign_line_silences_other_patterns_on_it(m):
 
 
 def test_shipped_knowledge_base_compiles_entirely_to_re2(m):
-    assert m._slow == []   # every shipped prefilter runs in the RE2 set
+    assert m._slow == []  # every shipped prefilter runs in the RE2 set
 
 
 def test_kb_module_has_no_textual_dependency():
     import sys
+
     assert "textual" not in kb_mod.__dict__
-    assert all(not name.startswith("textual") for name in
-               (getattr(mod, "__name__", "") for mod in vars(sys.modules["sparktui.knowledge"])
-                .values() if hasattr(mod, "__name__")))
+    assert all(
+        not name.startswith("textual")
+        for name in (
+            getattr(mod, "__name__", "")
+            for mod in vars(sys.modules["sparktui.knowledge"]).values()
+            if hasattr(mod, "__name__")
+        )
+    )
 
 
 def test_multi_line_captures_of_a_version_mismatch(m):
-    log = ("RuntimeError: Version mismatch: The cluster was started with:\n"
-           "    Ray: 2.12.0\n    Python: 3.11.11\n"
-           "This process on node 10.123.3.87 was started with:\n"
-           "    Ray: 2.42.0\n    Python: 3.9.21\n")
+    log = (
+        "RuntimeError: Version mismatch: The cluster was started with:\n"
+        "    Ray: 2.12.0\n    Python: 3.11.11\n"
+        "This process on node 10.123.3.87 was started with:\n"
+        "    Ray: 2.42.0\n    Python: 3.9.21\n"
+    )
     hit = next(h for h in m.scan_text(log) if h.id == "gcs.version_mismatch")
-    assert hit.captures == {"cluster_ray": "2.12.0", "cluster_py": "3.11.11",
-                            "ip": "10.123.3.87", "proc_ray": "2.42.0", "proc_py": "3.9.21"}
+    assert hit.captures == {
+        "cluster_ray": "2.12.0",
+        "cluster_py": "3.11.11",
+        "ip": "10.123.3.87",
+        "proc_ray": "2.42.0",
+        "proc_py": "3.9.21",
+    }

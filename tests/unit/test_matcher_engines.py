@@ -16,8 +16,10 @@ from sparktui.knowledge.kb import load_builtin
 from sparktui.knowledge.matcher import Matcher, available_engines
 from tests import crash_corpus
 
-pytestmark = pytest.mark.skipif("hyperscan" not in available_engines(),
-                                reason="hyperscan is not installed (pip install 'sparktui[fast]')")
+pytestmark = pytest.mark.skipif(
+    "hyperscan" not in available_engines(),
+    reason="hyperscan is not installed (pip install 'sparktui[fast]')",
+)
 
 VLLM = Path(__file__).resolve().parent.parent / "fixtures" / "vllm"
 
@@ -31,8 +33,7 @@ def engines() -> tuple[Matcher, Matcher]:
 
 
 def _hits(m: Matcher, text: str) -> list[tuple[str, int, str, tuple]]:
-    return [(h.id, h.line, h.text, tuple(sorted(h.captures.items())))
-            for h in m.scan_text(text)]
+    return [(h.id, h.line, h.text, tuple(sorted(h.captures.items()))) for h in m.scan_text(text)]
 
 
 def _logs() -> list[tuple[str, str]]:
@@ -45,7 +46,7 @@ def _logs() -> list[tuple[str, str]]:
 def test_both_engines_give_the_same_hits_on_every_corpus_case(engines):
     hs, r2 = engines
     logs = _logs()
-    assert len(logs) > 200   # the whole corpus, not a sample
+    assert len(logs) > 200  # the whole corpus, not a sample
     differ = [name for name, text in logs if _hits(hs, text) != _hits(r2, text)]
     assert differ == []
     # not vacuous: the corpus cases do hit signatures

@@ -40,8 +40,9 @@ def _monitor(cfg_text: str = CFG_TEXT, **worker) -> Monitor:
     cfg = config.parse(cfg_text, "lab.yaml")
     head = (PROBE / "lab_head_probe.txt").read_text(errors="replace")
     work = (PROBE / "lab_worker_probe.txt").read_text(errors="replace")
-    return Monitor(cfg, {"spark-1": Replay("spark-1", head),
-                         "spark-2": Replay("spark-2", work, **worker)})
+    return Monitor(
+        cfg, {"spark-1": Replay("spark-1", head), "spark-2": Replay("spark-2", work, **worker)}
+    )
 
 
 def test_real_probe_output_becomes_a_clean_snapshot():
@@ -74,6 +75,7 @@ def test_a_slow_node_does_not_delay_the_others():
         took = time.monotonic() - t0
         await m.close()
         return snap, took
+
     snap, took = asyncio.run(go())
     assert took < 1.5
     assert snap.node("spark-1").reachable and snap.node("spark-1").containers
@@ -81,8 +83,9 @@ def test_a_slow_node_does_not_delay_the_others():
 
 
 def test_an_unreachable_node_is_reported_with_its_reason():
-    snap = asyncio.run(_monitor(fail="SSH connection refused (is sshd running?)")
-                       .refresh(with_ray=True))
+    snap = asyncio.run(
+        _monitor(fail="SSH connection refused (is sshd running?)").refresh(with_ray=True)
+    )
     worker = snap.node("spark-2")
     assert not worker.reachable and worker.error == "SSH connection refused (is sshd running?)"
     assert [(f.id, f.node) for f in snap.findings] == [("node-unreachable", "spark-2")]
@@ -94,6 +97,7 @@ def test_tokens_per_second_from_successive_metrics():
 
     class P:
         vllm = VllmStatus(healthy=True, generation_tokens_total=100.0)
+
     m._vllm_status(P())
     m._last_tokens = (m._last_tokens[0] - 2.0, 100.0)
     P.vllm = VllmStatus(healthy=True, generation_tokens_total=300.0)
@@ -117,20 +121,33 @@ def test_hostile_node_text_never_reaches_a_terminal():
 
     cfg = config.parse(CFG_TEXT, "lab.yaml")
     head = (PROBE / "lab_head_probe.txt").read_text(errors="replace")
-    head = head.replace("NCCL_SOCKET_IFNAME=enp1s0f0np0",
-                        f"NCCL_SOCKET_IFNAME=enp1s0f0np0{ESCAPES}")
-    head = head.replace('"RunningFor":"9 seconds ago"', '"RunningFor":"9 seconds ago'
-                        + ESCAPES.replace("\x1b", "\\u001b").replace("\x07", "\\u0007") + '"')
+    head = head.replace(
+        "NCCL_SOCKET_IFNAME=enp1s0f0np0", f"NCCL_SOCKET_IFNAME=enp1s0f0np0{ESCAPES}"
+    )
+    head = head.replace(
+        '"RunningFor":"9 seconds ago"',
+        '"RunningFor":"9 seconds ago'
+        + ESCAPES.replace("\x1b", "\\u001b").replace("\x07", "\\u0007")
+        + '"',
+    )
     assert head.count("pwned") == 2
-    m = Monitor(cfg, {"spark-1": Replay("spark-1", head),
-                      "spark-2": Replay("spark-2", "", fail=f"SSH disconnected: {ESCAPES}")})
+    m = Monitor(
+        cfg,
+        {
+            "spark-1": Replay("spark-1", head),
+            "spark-2": Replay("spark-2", "", fail=f"SSH disconnected: {ESCAPES}"),
+        },
+    )
     snap = asyncio.run(m.refresh(with_ray=True))
     spark1, spark2 = snap.nodes
     assert spark1.env["NCCL_SOCKET_IFNAME"].startswith("enp1s0f0np0pwned")
     assert not spark2.reachable and "pwned" in spark2.error
-    texts = [spark1.env["NCCL_SOCKET_IFNAME"], spark2.error,
-             *(c.running_for for c in spark1.containers),
-             *(f.message for f in snap.findings)]
+    texts = [
+        spark1.env["NCCL_SOCKET_IFNAME"],
+        spark2.error,
+        *(c.running_for for c in spark1.containers),
+        *(f.message for f in snap.findings),
+    ]
     assert sum("pwned" in t for t in texts) >= 3
     assert [t for t in texts if CONTROL_RE.search(t) or "\x1b" in t] == []
 

@@ -25,12 +25,15 @@ CFG_TEXT = (
     "  - {name: spark-1, host: 198.18.12.11, ip: 198.19.12.11, role: head}\n"
     "  - {name: spark-2, host: 198.18.12.12, ip: 198.19.12.12}\n"
 )
-PEERS = ["0000000000000000FFFF00000C0C13C6:E3D6", "0000000000000000FFFF00000C0C13C6:86A8",
-         "0000000000000000FFFF00000B0C13C6:E4FE"]   # the last: the head itself
+PEERS = [
+    "0000000000000000FFFF00000C0C13C6:E3D6",
+    "0000000000000000FFFF00000C0C13C6:86A8",
+    "0000000000000000FFFF00000B0C13C6:E4FE",
+]  # the last: the head itself
 
 
 RAY_SECTION = re.compile(r"^@@sparktui:ray@@\n.*?\n@@sparktui:/ray [^@\n]*@@$", re.S | re.M)
-SKIPPED = "@@sparktui:ray@@\n\n@@sparktui:/ray skipped@@"   # probe.sh's `mark ray skipped`
+SKIPPED = "@@sparktui:ray@@\n\n@@sparktui:/ray skipped@@"  # probe.sh's `mark ray skipped`
 
 
 class Head(Transport):
@@ -45,10 +48,14 @@ class Head(Transport):
     async def _run(self, command: Command) -> Result:
         if "probe" not in (command.description or ""):
             return Result(0, "", "")
-        asked = command.argv[7] != "off"   # sh -c SCRIPT sh $1..: $4 is ray (auto|...|off)
+        asked = command.argv[7] != "off"  # sh -c SCRIPT sh $1..: $4 is ray (auto|...|off)
         self.asked.append(asked)
         text = self.text if asked else RAY_SECTION.sub(SKIPPED, self.text)  # as probe.sh
-        gcs = "@@sparktui:gcs_conns@@\n" + "\n".join(self.peers) + "\n\n@@sparktui:/gcs_conns rc=0@@\n"
+        gcs = (
+            "@@sparktui:gcs_conns@@\n"
+            + "\n".join(self.peers)
+            + "\n\n@@sparktui:/gcs_conns rc=0@@\n"
+        )
         return Result(0, text.replace("@@sparktui:end@@", gcs + "@@sparktui:end@@"), "")
 
 
@@ -59,14 +66,16 @@ class Worker(Transport):
 
 def _monitor() -> tuple[Monitor, Head]:
     head = Head()
-    return Monitor(config.parse(CFG_TEXT, "lab.yaml"),
-                   {"spark-1": head, "spark-2": Worker("spark-2")}), head
+    return Monitor(
+        config.parse(CFG_TEXT, "lab.yaml"), {"spark-1": head, "spark-2": Worker("spark-2")}
+    ), head
 
 
 def _ticks(m: Monitor, n: int) -> None:
     async def go() -> None:
         for _ in range(n):
             await m.refresh()
+
     asyncio.run(go())
 
 
@@ -76,8 +85,8 @@ def test_idle_cluster_reads_the_ray_table_once_then_only_on_change():
     # read at the start, and again once the worker's first answer made it reachable;
     # then never while nothing changes (was: every 3rd tick)
     assert head.asked == [True, True] + [False] * 7
-    assert m.snapshot().ray_nodes                  # the table read at the start is kept
-    head.peers = PEERS[1:]                         # a worker's connection went away
+    assert m.snapshot().ray_nodes  # the table read at the start is kept
+    head.peers = PEERS[1:]  # a worker's connection went away
     _ticks(m, 3)
     assert head.asked[9:] == [False, True, False]  # seen on one tick, read on the next
 

@@ -14,10 +14,15 @@ from sparktui.core.monitor import Monitor
 
 
 def _cfg(nodes: int, cap: int) -> config.Config:
-    rows = "\n".join(f"  - {{name: n{i}, host: local, ip: 127.0.0.{i}"
-                     + (", role: head}" if i == 1 else "}") for i in range(1, nodes + 1))
-    return config.parse(f"cluster: {{name: scale}}\nprobe_concurrency: {cap}\n"
-                        f"refresh_interval: 5\nnodes:\n{rows}\n", "scale.yaml")
+    rows = "\n".join(
+        f"  - {{name: n{i}, host: local, ip: 127.0.0.{i}" + (", role: head}" if i == 1 else "}")
+        for i in range(1, nodes + 1)
+    )
+    return config.parse(
+        f"cluster: {{name: scale}}\nprobe_concurrency: {cap}\n"
+        f"refresh_interval: 5\nnodes:\n{rows}\n",
+        "scale.yaml",
+    )
 
 
 async def _tick(cfg: config.Config) -> tuple[Monitor, list]:
@@ -69,5 +74,6 @@ def test_probe_now_answers_one_node():
 @pytest.mark.parametrize("bad", ["0", "-1", "x"])
 def test_probe_concurrency_is_validated(bad):
     with pytest.raises(config.ConfigError):
-        config.parse(f"probe_concurrency: {bad}\nnodes:\n  - {{name: a, host: local}}\n",
-                     "bad.yaml")
+        config.parse(
+            f"probe_concurrency: {bad}\nnodes:\n  - {{name: a, host: local}}\n", "bad.yaml"
+        )

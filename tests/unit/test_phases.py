@@ -9,8 +9,11 @@ import pytest
 from sparktui.core.phases import PHASES, parse_phases, parse_phases_text, parse_progress
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
-FULL_STARTUPS = [FIX / "lab" / "serve_tp2_healthy.vllm.log", FIX / "vllm_cpu_serve_ok.log",
-                 FIX / "lab" / "serve_tp2_head_container_killed.vllm.log"]
+FULL_STARTUPS = [
+    FIX / "lab" / "serve_tp2_healthy.vllm.log",
+    FIX / "vllm_cpu_serve_ok.log",
+    FIX / "lab" / "serve_tp2_head_container_killed.vllm.log",
+]
 
 
 def _text(p: Path) -> str:
@@ -55,7 +58,7 @@ def test_lab_tp2_cut_during_weight_loading_shows_the_bar() -> None:
     assert tl.phase == "loading-weights"
     assert tl.fraction == 0.0
     assert tl.progress is not None and (tl.progress.done, tl.progress.total) == (0, 1)
-    tl2 = parse_phases(lines[:cut + 1], year=2026)
+    tl2 = parse_phases(lines[: cut + 1], year=2026)
     assert tl2.fraction == 1.0
 
 
@@ -82,14 +85,21 @@ def test_public_405b_slow_shards_eta_and_no_rate_drop() -> None:
 
 def test_progress_forms() -> None:
     # tqdm's s/it and it/s, `?` before the first item, hours in elapsed
-    p = parse_progress("Loading safetensors checkpoint shards:   3% Completed | 1/37 "
-                       "[00:02<01:39,  2.77s/it]")
+    p = parse_progress(
+        "Loading safetensors checkpoint shards:   3% Completed | 1/37 [00:02<01:39,  2.77s/it]"
+    )
     assert p is not None and p.rate_per_s == pytest.approx(1 / 2.77) and p.eta_s == 99
-    p0 = parse_progress("Loading safetensors checkpoint shards:   0% Completed | 0/1 "
-                        "[00:00<?, ?it/s]")
+    p0 = parse_progress(
+        "Loading safetensors checkpoint shards:   0% Completed | 0/1 [00:00<?, ?it/s]"
+    )
     assert p0 is not None and p0.eta_s is None and p0.rate_per_s is None
-    assert parse_progress("(APIServer pid=527) INFO 11-30 00:47:02 [loggers.py:335] Engine 000: "
-                          "Avg prompt throughput: 8.8 tokens/s") is None
+    assert (
+        parse_progress(
+            "(APIServer pid=527) INFO 11-30 00:47:02 [loggers.py:335] Engine 000: "
+            "Avg prompt throughput: 8.8 tokens/s"
+        )
+        is None
+    )
 
 
 def test_only_the_last_serve_counts() -> None:
@@ -128,7 +138,7 @@ def test_lab_eight_shards_every_bar_update_and_order() -> None:
     seen = []
     for i in range(len(lines)):
         if "checkpoint shards" in lines[i]:
-            t = parse_phases(lines[:i + 1], year=2026)
+            t = parse_phases(lines[: i + 1], year=2026)
             p = t.progress
             assert t.phase == "loading-weights" and p is not None
             seen.append(p.done)

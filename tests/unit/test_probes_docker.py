@@ -14,8 +14,11 @@ def test_all_states_from_real_docker_ps_a() -> None:
     by_name = {c.name: c for c in containers}
     assert set(by_name) == {"vllm_node", "paused-one", "vllm-dev", "ray-worker", "node-12345"}
     assert {c.name: c.state for c in containers} == {
-        "vllm_node": "running", "paused-one": "paused", "vllm-dev": "created",
-        "ray-worker": "exited", "node-12345": "exited",
+        "vllm_node": "running",
+        "paused-one": "paused",
+        "vllm-dev": "created",
+        "ray-worker": "exited",
+        "node-12345": "exited",
     }
     assert [c.name for c in containers if c.running] == ["vllm_node"]
     head = by_name["vllm_node"]
@@ -38,7 +41,9 @@ def test_noise_lines_are_skipped() -> None:
     noisy = "WARNING: Error loading config file: permission denied\n" + real + "\n{broken\n"
     assert len(parse_docker_ps(noisy)) == len(parse_docker_ps(real)) == 5
     assert parse_docker_ps("") == []
-    assert parse_docker_ps("Cannot connect to the Docker daemon at unix:///var/run/docker.sock.") == []
+    assert (
+        parse_docker_ps("Cannot connect to the Docker daemon at unix:///var/run/docker.sock.") == []
+    )
 
 
 def test_labels_with_commas_in_values() -> None:

@@ -36,37 +36,67 @@ def test_unfiltered_keeps_everything_and_masks() -> None:
     env = parse_environ((FIX / "proc_environ_vllm_like.bin").read_bytes(), relevant_only=False)
     assert env["HF_TOKEN"] == MASK and env["WANDB_API_KEY"] == MASK
     assert env["ODD"] == "value with spaces=and=equals"
-    raw = parse_environ((FIX / "proc_environ_vllm_like.bin").read_bytes(), relevant_only=False,
-                        mask=False)
+    raw = parse_environ(
+        (FIX / "proc_environ_vllm_like.bin").read_bytes(), relevant_only=False, mask=False
+    )
     assert raw["HF_TOKEN"] == "hf_FAKEFIXTUREtoken123"
 
 
 def test_container_pid1_environ() -> None:
     env = parse_environ((FIX / "docker_exec_pid1_environ.bin").read_bytes())
-    assert env == {"VLLM_HOST_IP": "192.168.100.10", "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
-                   "GLOO_SOCKET_IFNAME": "enp1s0f1np1"}
+    assert env == {
+        "VLLM_HOST_IP": "192.168.100.10",
+        "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
+        "GLOO_SOCKET_IFNAME": "enp1s0f1np1",
+    }
 
 
 def test_mask_secrets() -> None:
-    src = {"VLLM_API_KEY": "sk-1", "HF_TOKEN": "x", "DB_PASSWORD": "p", "AWS_SECRET_ACCESS_KEY": "s",
-           "VLLM_HOST_IP": "1.2.3.4", "EMPTY_TOKEN": ""}
+    src = {
+        "VLLM_API_KEY": "sk-1",
+        "HF_TOKEN": "x",
+        "DB_PASSWORD": "p",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "VLLM_HOST_IP": "1.2.3.4",
+        "EMPTY_TOKEN": "",
+    }
     out = mask_secrets(src)
-    assert out == {"VLLM_API_KEY": MASK, "HF_TOKEN": MASK, "DB_PASSWORD": MASK,
-                   "AWS_SECRET_ACCESS_KEY": MASK, "VLLM_HOST_IP": "1.2.3.4", "EMPTY_TOKEN": ""}
+    assert out == {
+        "VLLM_API_KEY": MASK,
+        "HF_TOKEN": MASK,
+        "DB_PASSWORD": MASK,
+        "AWS_SECRET_ACCESS_KEY": MASK,
+        "VLLM_HOST_IP": "1.2.3.4",
+        "EMPTY_TOKEN": "",
+    }
     assert src["HF_TOKEN"] == "x"  # a copy
 
 
 def test_relevance() -> None:
-    for name in ("VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME",
-                 "UCX_NET_DEVICES", "MASTER_ADDR", "RAY_ADDRESS", "NCCL_IB_HCA",
-                 "VLLM_USE_RAY_COMPILED_DAG", "RAY_NODE_IP_ADDRESS"):
+    for name in (
+        "VLLM_HOST_IP",
+        "NCCL_SOCKET_IFNAME",
+        "GLOO_SOCKET_IFNAME",
+        "TP_SOCKET_IFNAME",
+        "UCX_NET_DEVICES",
+        "MASTER_ADDR",
+        "RAY_ADDRESS",
+        "NCCL_IB_HCA",
+        "VLLM_USE_RAY_COMPILED_DAG",
+        "RAY_NODE_IP_ADDRESS",
+    ):
         assert is_relevant(name), name
     assert not is_relevant("PATH") and not is_relevant("HF_TOKEN")
 
 
 def test_live_process_environ() -> None:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "VLLM_HOST_IP": "10.9.8.7",
-           "NCCL_SOCKET_IFNAME": "^docker,lo", "VLLM_API_KEY": "sk-live", "MULTI": "a\nb"}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "VLLM_HOST_IP": "10.9.8.7",
+        "NCCL_SOCKET_IFNAME": "^docker,lo",
+        "VLLM_API_KEY": "sk-live",
+        "MULTI": "a\nb",
+    }
     proc = subprocess.Popen(["sleep", "30"], env=env)
     try:
         data = b""
@@ -76,8 +106,11 @@ def test_live_process_environ() -> None:
                 break
             time.sleep(0.02)
         parsed = parse_environ(data)
-        assert parsed == {"VLLM_HOST_IP": "10.9.8.7", "NCCL_SOCKET_IFNAME": "^docker,lo",
-                          "VLLM_API_KEY": MASK}
+        assert parsed == {
+            "VLLM_HOST_IP": "10.9.8.7",
+            "NCCL_SOCKET_IFNAME": "^docker,lo",
+            "VLLM_API_KEY": MASK,
+        }
         assert parse_environ(data, relevant_only=False)["MULTI"] == "a\nb"
     finally:
         proc.kill()

@@ -36,8 +36,17 @@ def meminfo() -> MemInfo:
 def test_h200_busy_query_gpu() -> None:
     body = sections(FIX / "nvidia-smi" / "h200_busy_queries.txt")["query-gpu noheader nounits"]
     # field order of that capture (inferred from its values: free = total - used, temp, watts)
-    fields = ("index", "uuid", "name", "memory.used", "memory.total", "memory.free",
-              "utilization.gpu", "temperature.gpu", "power.draw")
+    fields = (
+        "index",
+        "uuid",
+        "name",
+        "memory.used",
+        "memory.total",
+        "memory.free",
+        "utilization.gpu",
+        "temperature.gpu",
+        "power.draw",
+    )
     (gpu,) = parse_gpu_query(body, fields, meminfo=meminfo())
     assert (gpu.index, gpu.name, gpu.uuid) == (0, "NVIDIA H200", UUID)
     assert (gpu.memory_used_mib, gpu.memory_total_mib, gpu.utilization_pct) == (19693, 143771, 0)
@@ -47,13 +56,18 @@ def test_h200_busy_query_gpu() -> None:
 def test_h200_with_header_and_units() -> None:
     (gpu,) = parse_gpu_query((FIX / "nvidia-smi" / "h200_query_header.csv").read_text())
     assert (gpu.name, gpu.memory_used_mib, gpu.memory_total_mib, gpu.unified) == (
-        "NVIDIA H200", 0, 143771, False)
+        "NVIDIA H200",
+        0,
+        143771,
+        False,
+    )
 
 
 def test_h200_compute_apps() -> None:
     s = sections(FIX / "nvidia-smi" / "h200_busy_queries.txt")
-    (p,) = parse_compute_apps(s["query-compute-apps"], ("pid", "process_name", "used_memory",
-                                                         "gpu_uuid"))
+    (p,) = parse_compute_apps(
+        s["query-compute-apps"], ("pid", "process_name", "used_memory", "gpu_uuid")
+    )
     assert (p.pid, p.process_name, p.used_memory_mib) == (501, "python3", 19684)
     (q,) = parse_compute_apps(s["query-compute-apps header"])  # used_gpu_memory [MiB] header
     assert (q.pid, q.used_memory_mib) == (501, 19684)
@@ -67,8 +81,7 @@ def test_gb10_na_memory_is_unified_and_filled_from_meminfo() -> None:
     (g,) = parse_gpu_query(next(v for k, v in s.items() if k.startswith("unsloth")), meminfo=mi)
     assert g.unified is True
     assert (g.memory_total_mib, g.memory_used_mib) == (mi.total_mib, mi.used_mib)
-    (g2,) = parse_gpu_query(next(v for k, v in s.items() if k.startswith("NordicHPC")),
-                            meminfo=mi)
+    (g2,) = parse_gpu_query(next(v for k, v in s.items() if k.startswith("NordicHPC")), meminfo=mi)
     assert g2.unified and g2.utilization_pct == 0 and g2.memory_total_mib == mi.total_mib
     (g3,) = parse_gpu_query(next(v for k, v in s.items() if k.startswith("unsloth")))
     assert g3.unified and g3.memory_total_mib is None  # no meminfo: nothing to fill with
@@ -84,8 +97,12 @@ def test_gb10_in_our_query_format() -> None:
 
 def test_no_devices_and_errors_give_nothing() -> None:
     assert parse_gpu_query("No devices were found\n") == []
-    assert parse_gpu_query(
-        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.") == []
+    assert (
+        parse_gpu_query(
+            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+        )
+        == []
+    )
     assert parse_gpu_query("") == []
 
 
@@ -100,7 +117,8 @@ def test_field_values() -> None:
 def test_query_commands() -> None:
     assert GPU_QUERY_ARGV[1] == (
         "--query-gpu=index,name,uuid,memory.used,memory.total,utilization.gpu,"
-        "power.draw,temperature.gpu,clocks.sm")
+        "power.draw,temperature.gpu,clocks.sm"
+    )
     assert APPS_QUERY_ARGV[1] == "--query-compute-apps=pid,process_name,used_memory"
 
 

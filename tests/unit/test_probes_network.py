@@ -32,8 +32,10 @@ def test_spark_like_json() -> None:
 
 
 def test_spark_like_text_fallback_matches_json() -> None:
-    ifaces = parse_ip_text((FIX / "spark_like_ip_o_4_addr.txt").read_text(),
-                           (FIX / "spark_like_ip_o_link.txt").read_text())
+    ifaces = parse_ip_text(
+        (FIX / "spark_like_ip_o_4_addr.txt").read_text(),
+        (FIX / "spark_like_ip_o_link.txt").read_text(),
+    )
     assert as_dict(ifaces) == SPARK
     # without the link listing only interfaces with IPv4 are known, state unknown
     addr_only = parse_ip_text((FIX / "spark_like_ip_o_4_addr.txt").read_text())
@@ -43,8 +45,7 @@ def test_spark_like_text_fallback_matches_json() -> None:
 
 def test_this_machine_capture_both_formats_agree() -> None:
     j = parse_interfaces((FIX / "ip_j_addr.json").read_text())
-    t = parse_interfaces((FIX / "ip_o_4_addr.txt").read_text(),
-                         (FIX / "ip_o_link.txt").read_text())
+    t = parse_interfaces((FIX / "ip_o_4_addr.txt").read_text(), (FIX / "ip_o_link.txt").read_text())
     assert as_dict(j) == as_dict(t)
     assert as_dict(j)["eth0"] == ("UP", ["192.0.2.2"])
     assert as_dict(j)["ifb0"] == ("DOWN", [])
@@ -58,8 +59,9 @@ def test_garbage() -> None:
 @pytest.mark.skipif(shutil.which("ip") is None, reason="no ip binary")
 def test_live_ip() -> None:
     js = subprocess.run(["ip", "-j", "addr"], capture_output=True, text=True, check=True).stdout
-    txt = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True,
-                         check=True).stdout
+    txt = subprocess.run(
+        ["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, check=True
+    ).stdout
     link = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
     a, b = as_dict(parse_interfaces(js)), as_dict(parse_interfaces(txt, link))
     assert a == b and "127.0.0.1" in a["lo"][1]

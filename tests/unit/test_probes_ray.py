@@ -17,8 +17,10 @@ from sparktui.core.probes.ray import (
 )
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "ray"
-HEAD1, WORKER1 = "49eeda55dcf5eb834da87e82d606a4847a188ffa9179370e33dc2107", \
-    "8703b37135e0cbd4e84191bfaf048a072fac4325d694cf970458608a"
+HEAD1, WORKER1 = (
+    "49eeda55dcf5eb834da87e82d606a4847a188ffa9179370e33dc2107",
+    "8703b37135e0cbd4e84191bfaf048a072fac4325d694cf970458608a",
+)
 
 
 def read(name: str) -> str:
@@ -31,9 +33,11 @@ def summary(nodes):
 
 def test_case1_all_three_sources_agree() -> None:
     expected = [(HEAD1, "198.18.1.101", True, True), (WORKER1, "198.19.200.102", True, False)]
-    for name in ("ray2node_case1_autodetect_ray_nodes.json",
-                 "ray2node_case1_autodetect_dashboard_api_v0_nodes.json",
-                 "ray2node_case1_autodetect_ray_list_nodes.json"):
+    for name in (
+        "ray2node_case1_autodetect_ray_nodes.json",
+        "ray2node_case1_autodetect_dashboard_api_v0_nodes.json",
+        "ray2node_case1_autodetect_ray_list_nodes.json",
+    ):
         nodes, err = parse_ray_nodes(read(name))
         assert err is None, name
         assert summary(nodes) == sorted(expected), name
@@ -43,21 +47,26 @@ def test_case1_all_three_sources_agree() -> None:
 def test_ray_nodes_record_details() -> None:
     nodes, _ = parse_ray_nodes(read("ray2node_case2_interconnect_ip_ray_nodes.json"))
     assert [(n.ip, n.is_head, n.gpus, n.hostname) for n in nodes] == [
-        ("198.19.200.101", True, 1.0, "vm"), ("198.19.200.102", False, 1.0, "vm")]
+        ("198.19.200.101", True, 1.0, "vm"),
+        ("198.19.200.102", False, 1.0, "vm"),
+    ]
 
 
 def test_snippet_sentinel_among_noise() -> None:
     table = read("ray2node_after_worker_raylet_sigkill_ray_nodes.json")
-    out = ("2026-11-29 22:39:50,123\tINFO worker.py:1 -- Connecting to existing Ray cluster\n"
-           "@@NODES@@" + json.dumps(json.loads(table)) + "\n")
+    out = (
+        "2026-11-29 22:39:50,123\tINFO worker.py:1 -- Connecting to existing Ray cluster\n"
+        "@@NODES@@" + json.dumps(json.loads(table)) + "\n"
+    )
     nodes, err = parse_ray_nodes(out)
     assert err is None and {n.ip for n in nodes} == {"198.18.1.101", "198.19.200.102"}
 
 
 def test_errors() -> None:
     assert parse_ray_nodes("")[1] == "no output from Ray"
-    nodes, err = parse_ray_nodes('@@RAY_ERROR@@"ConnectionError: Could not find any running Ray'
-                                 ' instance."\n')
+    nodes, err = parse_ray_nodes(
+        '@@RAY_ERROR@@"ConnectionError: Could not find any running Ray instance."\n'
+    )
     assert nodes == [] and err and "Could not find any running Ray" in err
     assert parse_ray_nodes("Traceback...\nModuleNotFoundError: No module named 'ray'")[1]
     assert nodes_from_data({"result": False, "msg": "boom", "data": {}}) == ([], "dashboard: boom")
@@ -67,8 +76,9 @@ def test_dedupe_prefers_alive() -> None:
     # a restarted worker: the old row (from the case1 capture) dead, the new one alive
     old, _ = parse_ray_nodes(read("ray2node_case1_autodetect_ray_nodes.json"))
     new, _ = parse_ray_nodes(read("ray2node_after_worker_raylet_sigkill_ray_nodes.json"))
-    dead_worker = dataclasses.replace(next(n for n in old if not n.is_head), alive=False,
-                                      death_reason="received SIGTERM")
+    dead_worker = dataclasses.replace(
+        next(n for n in old if not n.is_head), alive=False, death_reason="received SIGTERM"
+    )
     rows = [dead_worker, *new]
     out = dedupe_by_ip(rows)
     assert len(out) == 2
@@ -83,9 +93,13 @@ def test_dedupe_prefers_alive() -> None:
 
 def test_snippet_runs_without_ray_and_reports_cleanly() -> None:
     # real run of the snippet: here `import ray` fails, which must come back as one error line
-    proc = subprocess.run([sys.executable, "-c", RAY_NODES_SNIPPET], capture_output=True,
-                          text=True, timeout=60, env={"PATH": "/usr/bin:/bin",
-                                                      "PYTHONNOUSERSITE": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-c", RAY_NODES_SNIPPET],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"},
+    )
     assert proc.returncode == 0
     nodes, err = parse_ray_nodes(proc.stdout)
     try:

@@ -55,8 +55,12 @@ def http_server() -> Iterator[tuple[int, list[str]]]:
     """A real HTTP server on loopback: vLLM's /health, /metrics, /version and the Ray
     dashboard's /api/v0/nodes, answering with the real captures."""
     seen: list[str] = []
-    routes = {"/health": (200, b""), "/metrics": (200, METRICS),
-              "/version": (200, b'{"version": "0.32.0"}'), "/api/v0/nodes": (200, DASHBOARD)}
+    routes = {
+        "/health": (200, b""),
+        "/metrics": (200, METRICS),
+        "/version": (200, b'{"version": "0.32.0"}'),
+        "/api/v0/nodes": (200, DASHBOARD),
+    }
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802
@@ -83,6 +87,7 @@ def http_server() -> Iterator[tuple[int, list[str]]]:
 
 def closed_port() -> int:
     import socket
+
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -91,14 +96,24 @@ def closed_port() -> int:
 
 
 async def test_real_run_on_this_machine(tmp_path: Path) -> None:
-    cmd = build_probe("here", "vllm_node", is_head=True, vllm_port=closed_port(),
-                      ray_dashboard_port=closed_port())
+    cmd = build_probe(
+        "here", "vllm_node", is_head=True, vllm_port=closed_port(), ray_dashboard_port=closed_port()
+    )
     r = await run(cmd, DOCKER_HOST=f"unix://{tmp_path}/no-docker.sock")
     assert r.exit_status == 0 and r.duration < 10
     res = parse_probe(r.stdout)
     assert res.complete
-    assert {"probe", "hostname", "addr", "containers", "env", "gpus", "gpu_apps", "meminfo",
-            "health"} <= set(res.sections)
+    assert {
+        "probe",
+        "hostname",
+        "addr",
+        "containers",
+        "env",
+        "gpus",
+        "gpu_apps",
+        "meminfo",
+        "health",
+    } <= set(res.sections)
     assert res.hostname == os.uname().nodename
     assert any("127.0.0.1" in i.ipv4 for i in res.interfaces)
     assert res.mem.total_mib and res.mem.total_mib > 0
@@ -137,8 +152,10 @@ async def test_ip_text_fallback_when_json_fails(tmp_path: Path) -> None:
         pytest.skip("no ip")
     path = tool_dir(tmp_path, "uname", "cat")
     fake = Path(path) / "ip"
-    fake.write_text('#!/bin/sh\nif [ "$1" = -j ]; then echo \'Option "-j" is unknown, try '
-                    f'"ip -help".\' >&2; exit 255; fi\nexec {real_ip} "$@"\n')
+    fake.write_text(
+        '#!/bin/sh\nif [ "$1" = -j ]; then echo \'Option "-j" is unknown, try '
+        f'"ip -help".\' >&2; exit 255; fi\nexec {real_ip} "$@"\n'
+    )
     fake.chmod(0o755)
     res = parse_probe((await run(build_probe("old", None, False), PATH=path)).stdout)
     assert res.sections["addr"].rc == 255 and "-j" in res.sections["addr"].stderr
@@ -175,8 +192,9 @@ async def test_python_http_fallback_without_curl(http_server, tmp_path: Path) ->
 
 
 async def test_skip_ray_and_worker_has_no_head_sections(tmp_path: Path) -> None:
-    r = await run(build_probe("w", "vllm_node", False, 8000),
-                  DOCKER_HOST=f"unix://{tmp_path}/none.sock")
+    r = await run(
+        build_probe("w", "vllm_node", False, 8000), DOCKER_HOST=f"unix://{tmp_path}/none.sock"
+    )
     secs = parse_probe(r.stdout).sections
     assert not {"ray", "ray_dashboard", "health", "metrics"} & set(secs)
 
@@ -200,8 +218,12 @@ def test_parse_real_run_against_private_docker_engine() -> None:
     assert len(res.containers) == 5
     # the env of the `python3 .../vllm serve` process started by `docker exec -e`, not PID 1
     assert (res.env_pid, res.env_source) == (43, "vllm")
-    assert res.env == {"VLLM_HOST_IP": "192.168.100.10", "NCCL_SOCKET_IFNAME": "=enp1s0f1np1",
-                       "GLOO_SOCKET_IFNAME": "enp1s0f1np1", "VLLM_API_KEY": "****"}
+    assert res.env == {
+        "VLLM_HOST_IP": "192.168.100.10",
+        "NCCL_SOCKET_IFNAME": "=enp1s0f1np1",
+        "GLOO_SOCKET_IFNAME": "enp1s0f1np1",
+        "VLLM_API_KEY": "****",
+    }
     # that image has no python3: the Ray query fails with a readable reason
     assert res.ray_nodes == [] and res.ray_error and "python3" in res.ray_error
     assert "gpus" in res.missing
@@ -229,9 +251,16 @@ def test_garbage_and_cut_output() -> None:
 async def test_every_section_seen_is_declared(tmp_path: Path) -> None:
     # what a real run and the captured runs emit is all in script.SECTIONS (the script side
     # is checked statically in test_remote_scripts.py)
-    r = await run(build_probe("here", "vllm_node", is_head=True, vllm_port=closed_port(),
-                              ray_dashboard_port=closed_port()),
-                  DOCKER_HOST=f"unix://{tmp_path}/no-docker.sock")
+    r = await run(
+        build_probe(
+            "here",
+            "vllm_node",
+            is_head=True,
+            vllm_port=closed_port(),
+            ray_dashboard_port=closed_port(),
+        ),
+        DOCKER_HOST=f"unix://{tmp_path}/no-docker.sock",
+    )
     outs = [r.stdout, (FIX / "docker" / "probe_head_private_dockerd.txt").read_text()]
     for out in outs:
         secs = split_sections(out)
@@ -239,8 +268,10 @@ async def test_every_section_seen_is_declared(tmp_path: Path) -> None:
 
 
 def test_undeclared_section_is_kept_but_not_parsed() -> None:
-    out = ("@@sparktui:hostname@@\nspark-1\n@@sparktui:/hostname rc=0@@\n"
-           "@@sparktui:newthing@@\nx\n@@sparktui:/newthing rc=1@@\n@@sparktui:end@@\n")
+    out = (
+        "@@sparktui:hostname@@\nspark-1\n@@sparktui:/hostname rc=0@@\n"
+        "@@sparktui:newthing@@\nx\n@@sparktui:/newthing rc=1@@\n@@sparktui:end@@\n"
+    )
     res = parse_probe(out)
     assert res.complete and res.hostname == "spark-1"
     assert "newthing" in res.sections and res.errors == {"newthing": "exit 1: x"}
@@ -261,7 +292,9 @@ def test_gcs_conns_lists_remote_peers_without_the_heads_own():
     from sparktui.core.probes.script import parse_gcs_conns
 
     assert parse_gcs_conns(GCS_CONNS, {"198.19.12.11"}) == (
-        "198.19.12.12:34472", "198.19.12.12:58326")
+        "198.19.12.12:34472",
+        "198.19.12.12:58326",
+    )
     assert parse_gcs_conns("", set()) == ()
 
 
@@ -269,23 +302,39 @@ def test_probe_passes_the_gcs_port_in_hex():
     from sparktui.core.probes.script import build_probe
 
     assert build_probe("h", "c", True, gcs_port=6379).argv[-3] == "18EB"
-    assert build_probe("h", "c", True).argv[-3] == ""   # not listed
+    assert build_probe("h", "c", True).argv[-3] == ""  # not listed
 
 
 def test_the_vllm_log_tail_rides_in_the_same_probe(tmp_path):
     """While vLLM starts, the end of its log comes in the one probe (no second command)."""
     log = tmp_path / "vllm.log"
-    log.write_text("INFO 12-01 10:00:00 [api_server.py:1] vLLM API server version 0.11\n"
-                   "Loading safetensors checkpoint shards:  50% Completed | 4/8 [00:06<00:06]\n")
-    r = subprocess.run(build_probe("h", "", True, vllm_log=str(log), vllm_log_bytes=4096).argv,
-                       capture_output=True, text=True, timeout=60)
+    log.write_text(
+        "INFO 12-01 10:00:00 [api_server.py:1] vLLM API server version 0.11\n"
+        "Loading safetensors checkpoint shards:  50% Completed | 4/8 [00:06<00:06]\n"
+    )
+    r = subprocess.run(
+        build_probe("h", "", True, vllm_log=str(log), vllm_log_bytes=4096).argv,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     parsed = parse_probe(r.stdout)
     assert parsed.vllm_log_tail is not None
     first = parsed.vllm_log_tail.splitlines()[0]
     assert first.startswith("mtime=") and f"size={log.stat().st_size}" in first
     assert "4/8" in parsed.vllm_log_tail
-    missing = subprocess.run(build_probe("h", "", True, vllm_log=str(tmp_path / "none")).argv,
-                             capture_output=True, text=True, timeout=60)
+    missing = subprocess.run(
+        build_probe("h", "", True, vllm_log=str(tmp_path / "none")).argv,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert parse_probe(missing.stdout).vllm_log_tail.strip() == "missing"
-    assert parse_probe(subprocess.run(build_probe("h", "", True).argv, capture_output=True,
-                                      text=True, timeout=60).stdout).vllm_log_tail is None
+    assert (
+        parse_probe(
+            subprocess.run(
+                build_probe("h", "", True).argv, capture_output=True, text=True, timeout=60
+            ).stdout
+        ).vllm_log_tail
+        is None
+    )

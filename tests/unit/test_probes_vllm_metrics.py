@@ -34,16 +34,24 @@ def test_old_metric_name_and_two_engines() -> None:
     old = text().replace("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
     assert parse_vllm_metrics(old).kv_cache_pct == pytest.approx(0.4395067757294591)
     lines = [ln for ln in text().splitlines() if not ln.startswith("#")]
-    two = "\n".join(lines + [ln.replace('engine="0"', 'engine="1"') for ln in lines
-                             if ln.startswith("vllm:")]) + "\n"
+    two = (
+        "\n".join(
+            lines
+            + [ln.replace('engine="0"', 'engine="1"') for ln in lines if ln.startswith("vllm:")]
+        )
+        + "\n"
+    )
     st = parse_vllm_metrics(two)
     assert st.running == 72.0 and st.generation_tokens_total == 2 * 12918.0
     assert st.kv_cache_pct == pytest.approx(0.4395067757294591)  # mean, not sum
 
 
 def test_grep_filtered_and_broken_text() -> None:
-    wanted = [ln for ln in text().splitlines()
-              if ln.startswith(("vllm:num_requests_running", "vllm:generation_tokens_total"))]
+    wanted = [
+        ln
+        for ln in text().splitlines()
+        if ln.startswith(("vllm:num_requests_running", "vllm:generation_tokens_total"))
+    ]
     st = parse_vllm_metrics("\n".join(wanted) + "\n")
     assert st.running == 36.0 and st.generation_tokens_total == 12918.0 and st.waiting is None
     broken = "this is not prometheus {{{\n" + text()

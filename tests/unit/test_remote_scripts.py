@@ -41,8 +41,9 @@ def test_every_file_loads_and_is_cached() -> None:
         assert text.strip() and script(name) is text, name
 
 
-@pytest.mark.parametrize("name", ["", "probe", "probe.txt", "../probe.sh", "a/b.sh",
-                                  "__init__.py.bak", ".sh"])
+@pytest.mark.parametrize(
+    "name", ["", "probe", "probe.txt", "../probe.sh", "a/b.sh", "__init__.py.bak", ".sh"]
+)
 def test_bad_names_are_refused(name: str) -> None:
     with pytest.raises(ValueError):
         script(name)
@@ -119,8 +120,11 @@ def test_sh_comment_lines_are_really_comments(name: str) -> None:
 @pytest.mark.parametrize("name", PY)
 def test_py_comment_lines_are_really_comments(name: str) -> None:
     src = raw(name)
-    comments = {tok.start[0] for tok in tokenize.generate_tokens(io.StringIO(src).readline)
-                if tok.type == tokenize.COMMENT}
+    comments = {
+        tok.start[0]
+        for tok in tokenize.generate_tokens(io.StringIO(src).readline)
+        if tok.type == tokenize.COMMENT
+    }
     starts = {n for n, ln in enumerate(src.splitlines(), 1) if re.match(r"[ \t]*#", ln)}
     assert starts <= comments, name
 
@@ -135,10 +139,12 @@ def test_sh_syntax(name: str) -> None:
 def test_py_runs_on_an_old_node_python(name: str) -> None:
     # node python3 may be old: 3.7 syntax, standard library only, nothing run on import
     tree = ast.parse(script(name), feature_version=(3, 7))
-    mods = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
-            for a in n.names}
-    mods |= {(n.module or "").split(".")[0] for n in ast.walk(tree)
-             if isinstance(n, ast.ImportFrom)}
+    mods = {
+        a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
+    mods |= {
+        (n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+    }
     assert mods - set(sys.stdlib_module_names) <= ({"ray"} if name == "ray_nodes.py" else set())
     last = tree.body[-1]
     assert isinstance(last, ast.If) and "__main__" in ast.unparse(last.test), name
@@ -168,8 +174,13 @@ def test_section_table_shape() -> None:
     assert order.index("addr") < order.index("addr4")
     assert order.index("health") < order.index("metrics") < order.index("version")
     assert probe.MISSING_TOOL == {
-        "addr": "ip", "containers": "docker", "gpus": "nvidia-smi", "gpu_apps": "nvidia-smi",
-        "health": "curl or python3", "gcs_conns": "awk"}
+        "addr": "ip",
+        "containers": "docker",
+        "gpus": "nvidia-smi",
+        "gpu_apps": "nvidia-smi",
+        "health": "curl or python3",
+        "gcs_conns": "awk",
+    }
     assert order.index("addr4") < order.index("gcs_conns")  # the head's own IPs are left out
     assert probe.PROBE_SCRIPT.count(probe.SENTINEL) >= 3
 
@@ -182,6 +193,7 @@ def test_probe_hands_on_the_helper_programs() -> None:
 
 # --- names shared with the Python side -------------------------------------------------------
 
+
 def test_shared_names_agree() -> None:
     snippet = ray_probe.RAY_NODES_SNIPPET
     assert ray_probe.NODES_SENTINEL in snippet and ray_probe.ERROR_SENTINEL in snippet
@@ -191,14 +203,21 @@ def test_shared_names_agree() -> None:
 
 
 def test_ray_snippet_reports_an_error_without_ray() -> None:
-    r = subprocess.run([sys.executable, "-I", "-S", "-c", ray_probe.RAY_NODES_SNIPPET],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", ray_probe.RAY_NODES_SNIPPET],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0
-    assert any(ln.startswith(ray_probe.ERROR_SENTINEL) or ln.startswith(ray_probe.NODES_SENTINEL)
-               for ln in r.stdout.splitlines())
+    assert any(
+        ln.startswith(ray_probe.ERROR_SENTINEL) or ln.startswith(ray_probe.NODES_SENTINEL)
+        for ln in r.stdout.splitlines()
+    )
 
 
 # --- health.sh with the python3 client (no curl) -------------------------------------------
+
 
 @pytest.fixture
 def health_server() -> Iterator[int]:
@@ -233,9 +252,21 @@ def _bare_path(tmp_path: Path, *tools: str) -> str:
 
 
 def _health(port: int, path: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["sh", "-c", builtin.HEALTH_SCRIPT, "sh", script("http_get.py"),
-                           str(port), "no-such-container"], capture_output=True, text=True,
-                          env={"PATH": path}, timeout=30)
+    return subprocess.run(
+        [
+            "sh",
+            "-c",
+            builtin.HEALTH_SCRIPT,
+            "sh",
+            script("http_get.py"),
+            str(port),
+            "no-such-container",
+        ],
+        capture_output=True,
+        text=True,
+        env={"PATH": path},
+        timeout=30,
+    )
 
 
 def test_health_without_curl_uses_the_python_client(health_server: int, tmp_path: Path) -> None:

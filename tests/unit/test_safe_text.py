@@ -11,8 +11,14 @@ HOSTILE = "a\x1b[2J\x1b]0;pwned\x07b\x9b31mc\x1bMd\u202ee\x00f\rg\x7fh"
 
 
 def _unsafe(s: str) -> list[str]:
-    return [c for c in s if (ord(c) < 32 and c not in "\t\n") or 0x7f <= ord(c) <= 0x9f
-            or 0x202a <= ord(c) <= 0x202e or 0x2066 <= ord(c) <= 0x2069]
+    return [
+        c
+        for c in s
+        if (ord(c) < 32 and c not in "\t\n")
+        or 0x7F <= ord(c) <= 0x9F
+        or 0x202A <= ord(c) <= 0x202E
+        or 0x2066 <= ord(c) <= 0x2069
+    ]
 
 
 def test_clean_drops_sequences_and_replaces_controls():
@@ -28,10 +34,15 @@ def test_clean_text_keeps_safe_text_as_is_and_lines_apart():
 
 
 def test_sanitize_cleans_every_string_in_node_data_in_place():
-    state = NodeState("spark-1", "h", "head", "198.19.1.11", error=HOSTILE,
-                      containers=[Container(HOSTILE, "img", "running", HOSTILE,
-                                            labels={HOSTILE: HOSTILE})],
-                      env={"NCCL_SOCKET_IFNAME": HOSTILE})
+    state = NodeState(
+        "spark-1",
+        "h",
+        "head",
+        "198.19.1.11",
+        error=HOSTILE,
+        containers=[Container(HOSTILE, "img", "running", HOSTILE, labels={HOSTILE: HOSTILE})],
+        env={"NCCL_SOCKET_IFNAME": HOSTILE},
+    )
     rows = [RayNode("id", "198.19.1.11", False, death_reason=HOSTILE)]
     assert sanitize(state) is state and sanitize(rows) is rows
     strings: list[str] = []

@@ -37,7 +37,9 @@ def test_read_only_refuses_mutating_and_records(tmp_path):
     r = asyncio.run(t.run(cmd("true")))
     assert r.ok
     assert [(s.argv[0], s.mutating, s.refused) for s in t.sent] == [
-        ("touch", True, True), ("true", False, False)]
+        ("touch", True, True),
+        ("true", False, False),
+    ]
 
 
 def test_timeout_and_missing_program():
@@ -54,6 +56,7 @@ def test_stream_yields_output_until_exit():
         async for c in LocalTransport("n").stream(sh("for i in 1 2 3; do echo $i; done")):
             chunks.append(c)
         return b"".join(chunks)
+
     assert asyncio.run(go()) == b"1\n2\n3\n"
 
 
@@ -64,5 +67,6 @@ def test_channels_are_bounded():
         start = asyncio.get_running_loop().time()
         await asyncio.gather(*(t.run(cmd("sleep", "0.3")) for _ in range(8)))
         return asyncio.get_running_loop().time() - start
+
     # 8 commands, 4 at a time: two waves of 0.3 s
     assert asyncio.run(go()) >= 0.55

@@ -42,9 +42,25 @@ if TYPE_CHECKING:
     from sparktui.config import Config
 
 __all__ = [
-    "ACTIONS", "ActionBusy", "ActionEvent", "ActionResult", "ActionSpec", "EventCallback",
-    "Executor", "Plan", "PlanError", "Stage", "Step", "StepResult", "action_lock",
-    "available_actions", "build_plan", "execute", "refusal", "run_action", "running_action",
+    "ACTIONS",
+    "ActionBusy",
+    "ActionEvent",
+    "ActionResult",
+    "ActionSpec",
+    "EventCallback",
+    "Executor",
+    "Plan",
+    "PlanError",
+    "Stage",
+    "Step",
+    "StepResult",
+    "action_lock",
+    "available_actions",
+    "build_plan",
+    "execute",
+    "refusal",
+    "run_action",
+    "running_action",
 ]
 
 log = logging.getLogger(__name__)
@@ -66,24 +82,49 @@ class ActionSpec:
         return self.id
 
 
-ACTIONS: dict[str, ActionSpec] = {a.id: a for a in (
-    ActionSpec("teardown", "Teardown",
-               "Stop and remove the configured container on every node (vLLM and Ray, the "
-               "serve process included); asks first", True, "t", True),
-    ActionSpec("restart", "Restart",
-               "Tear down, then start the Ray head and then the workers pinned to the "
-               "configured IPs (native backend: the containers, no Ray), and wait until every "
-               "node is up; asks first",
-               True, "r", True),
-    ActionSpec("serve", "Serve",
-               "Preflight, then start vLLM on the head (native backend: one rank on every "
-               "node), detached, output to the log, and wait until /health answers; asks "
-               "first", True, "s", True),
-    ActionSpec("doctor", "Preflight",
-               "Preflight checks, changing nothing: reachability, image, Ray nodes and IPs, "
-               "interfaces, GPUs, model path, memory, stale containers, ports",
-               False, "d", False),
-)}
+ACTIONS: dict[str, ActionSpec] = {
+    a.id: a
+    for a in (
+        ActionSpec(
+            "teardown",
+            "Teardown",
+            "Stop and remove the configured container on every node (vLLM and Ray, the "
+            "serve process included); asks first",
+            True,
+            "t",
+            True,
+        ),
+        ActionSpec(
+            "restart",
+            "Restart",
+            "Tear down, then start the Ray head and then the workers pinned to the "
+            "configured IPs (native backend: the containers, no Ray), and wait until every "
+            "node is up; asks first",
+            True,
+            "r",
+            True,
+        ),
+        ActionSpec(
+            "serve",
+            "Serve",
+            "Preflight, then start vLLM on the head (native backend: one rank on every "
+            "node), detached, output to the log, and wait until /health answers; asks "
+            "first",
+            True,
+            "s",
+            True,
+        ),
+        ActionSpec(
+            "doctor",
+            "Preflight",
+            "Preflight checks, changing nothing: reachability, image, Ray nodes and IPs, "
+            "interfaces, GPUs, model path, memory, stale containers, ports",
+            False,
+            "d",
+            False,
+        ),
+    )
+}
 
 
 def refusal(name: str, read_only: bool) -> str | None:
@@ -141,9 +182,15 @@ async def _notify(on_event: EventCallback | None, ev: ActionEvent) -> None:
         log.exception("progress callback failed on %s %s", ev.action, ev.state)
 
 
-async def run_action(name: str, cfg: Config, transports: dict[str, Transport] | None = None,
-                     on_event: EventCallback | None = None, *, force: bool = False,
-                     lock_file: Path | None = None) -> ActionResult:
+async def run_action(
+    name: str,
+    cfg: Config,
+    transports: dict[str, Transport] | None = None,
+    on_event: EventCallback | None = None,
+    *,
+    force: bool = False,
+    lock_file: Path | None = None,
+) -> ActionResult:
     """Run one action to its end and say how it went (never raises for a failed action;
     cancelling the awaiting task stops waiting, never the nodes' work).
 
@@ -171,22 +218,32 @@ async def run_action(name: str, cfg: Config, transports: dict[str, Transport] | 
             return ActionResult(name, False, "busy", str(e))
     finally:
         if own:
-            await asyncio.gather(*(t.close() for t in transports.values()),
-                                 return_exceptions=True)
+            await asyncio.gather(*(t.close() for t in transports.values()), return_exceptions=True)
 
 
 async def _doctor(cfg: Config, transports: dict[str, Transport], start: float) -> ActionResult:
     report = await run_doctor(cfg, transports)
     errors = report.errors
-    return ActionResult("doctor", not errors, "failed" if errors else "ok",
-                        f"{len(errors)} error(s), {len(report.findings)} finding(s)",
-                        findings=report.findings, duration=time.monotonic() - start,
-                        matrix=report.matrix)
+    return ActionResult(
+        "doctor",
+        not errors,
+        "failed" if errors else "ok",
+        f"{len(errors)} error(s), {len(report.findings)} finding(s)",
+        findings=report.findings,
+        duration=time.monotonic() - start,
+        matrix=report.matrix,
+    )
 
 
-async def _locked(plan: Plan, executor: Executor, cfg: Config,
-                  transports: dict[str, Transport], on_event: EventCallback | None,
-                  force: bool, start: float) -> ActionResult:
+async def _locked(
+    plan: Plan,
+    executor: Executor,
+    cfg: Config,
+    transports: dict[str, Transport],
+    on_event: EventCallback | None,
+    force: bool,
+    start: float,
+) -> ActionResult:
     """With the action lock held: preflight (when the plan asks for it), execute, and on a
     failed built-in serve the diagnosis of its log."""
     findings: list[Finding] = []
@@ -204,9 +261,14 @@ async def _locked(plan: Plan, executor: Executor, cfg: Config,
     return result
 
 
-async def preflight(name: str, cfg: Config, transports: dict[str, Transport],
-                    on_event: EventCallback | None, *, force: bool = False
-                    ) -> tuple[list[Finding], ActionResult | None]:
+async def preflight(
+    name: str,
+    cfg: Config,
+    transports: dict[str, Transport],
+    on_event: EventCallback | None,
+    *,
+    force: bool = False,
+) -> tuple[list[Finding], ActionResult | None]:
     """The doctor before an action: its findings, and the result to stop with when one of
     them blocks (an error, or a SERVE_BLOCKERS finding) and `force` is not given."""
     what = "preflight checks (doctor)"
@@ -215,20 +277,32 @@ async def preflight(name: str, cfg: Config, transports: dict[str, Transport],
     blocking = [f for f in findings if f.severity == "error" or f.id in SERVE_BLOCKERS]
     if blocking and not force:
         named = ", ".join(f"{f.id} ({f.node})" if f.node else f.id for f in blocking)
-        msg = (f"preflight found {len(blocking)} problem(s): {named}; first: "
-               f"{blocking[0].message}")
-        await _notify(on_event, ActionEvent(name, -1, "preflight", -1, "cluster", what,
-                                            "failed", msg))
+        msg = f"preflight found {len(blocking)} problem(s): {named}; first: {blocking[0].message}"
+        await _notify(
+            on_event, ActionEvent(name, -1, "preflight", -1, "cluster", what, "failed", msg)
+        )
         return findings, ActionResult(name, False, "aborted", msg, findings=findings)
-    await _notify(on_event, ActionEvent(
-        name, -1, "preflight", -1, "cluster", what, "ok",
-        f"{len(findings)} finding(s), none blocking" if not blocking
-        else f"{len(blocking)} problem(s) ignored (--force)"))
+    await _notify(
+        on_event,
+        ActionEvent(
+            name,
+            -1,
+            "preflight",
+            -1,
+            "cluster",
+            what,
+            "ok",
+            f"{len(findings)} finding(s), none blocking"
+            if not blocking
+            else f"{len(blocking)} problem(s) ignored (--force)",
+        ),
+    )
     return findings, None
 
 
-async def _diagnose_serve(cfg: Config, transports: dict[str, Transport]
-                          ) -> tuple[list[Finding], str]:
+async def _diagnose_serve(
+    cfg: Config, transports: dict[str, Transport]
+) -> tuple[list[Finding], str]:
     """Read this run's part of the vLLM log on the head and diagnose it, with live state
     joined in (the fix names the node and the IP)."""
     from sparktui.core.safe_text import clean
@@ -253,24 +327,26 @@ async def serve_log_text(cfg: Config, transports: dict[str, Transport], node: st
     if t is None or ncfg is None:
         return ""
     text = ""
-    for c in (cmd("docker", "exec", ncfg.container.name, "tail", "-n", "5000", cfg.vllm.log),
-              cmd("tail", "-n", "5000", cfg.vllm.log)):
+    for c in (
+        cmd("docker", "exec", ncfg.container.name, "tail", "-n", "5000", cfg.vllm.log),
+        cmd("tail", "-n", "5000", cfg.vllm.log),
+    ):
         try:
             r = await t.run(c)
         except Exception:  # the other place may still have it; the failure is reported anyway
-            log.warning("reading the vLLM log on %s failed (%s)", node, c.argv[0],
-                        exc_info=True)
+            log.warning("reading the vLLM log on %s failed (%s)", node, c.argv[0], exc_info=True)
             continue
         if r.ok and r.stdout:
             text = r.stdout
             break
     if SERVE_MARKER_PREFIX in text:
-        text = text[text.rindex(SERVE_MARKER_PREFIX):]
+        text = text[text.rindex(SERVE_MARKER_PREFIX) :]
     return text
 
 
-async def _diagnose_native_serve(cfg: Config, transports: dict[str, Transport]
-                                 ) -> tuple[list[Finding], str]:
+async def _diagnose_native_serve(
+    cfg: Config, transports: dict[str, Transport]
+) -> tuple[list[Finding], str]:
     """Native backend: every rank's log, diagnosed on its own (a finding without a node
     gets that rank's node), plus whether the ranks agree on the rendezvous. The tail shown
     is each node's last lines, tagged `[node]`."""
@@ -281,12 +357,17 @@ async def _diagnose_native_serve(cfg: Config, transports: dict[str, Transport]
     from sparktui.core.safe_text import clean
 
     names = [cfg.head.name] + [w.name for w in cfg.workers]
-    texts = dict(zip(names, await asyncio.gather(
-        *(serve_log_text(cfg, transports, n) for n in names)), strict=True))
-    snapshot = (await _snapshot_for_diagnosis(cfg, transports)
-                if any(texts.values()) else None)
+    texts = dict(
+        zip(
+            names,
+            await asyncio.gather(*(serve_log_text(cfg, transports, n) for n in names)),
+            strict=True,
+        )
+    )
+    snapshot = await _snapshot_for_diagnosis(cfg, transports) if any(texts.values()) else None
     findings: list[Finding] = native.rendezvous_findings(
-        cfg, {n: native.rendezvous_of(t.splitlines()) for n, t in texts.items()})
+        cfg, {n: native.rendezvous_of(t.splitlines()) for n, t in texts.items()}
+    )
     tails = []
     per = max(8, LOG_TAIL_LINES // max(1, len(names)))
     for n, text in texts.items():
@@ -296,8 +377,9 @@ async def _diagnose_native_serve(cfg: Config, transports: dict[str, Transport]
     return sort_findings(findings), "\n".join(tails)
 
 
-async def _snapshot_for_diagnosis(cfg: Config, transports: dict[str, Transport]
-                                  ) -> ClusterSnapshot | None:
+async def _snapshot_for_diagnosis(
+    cfg: Config, transports: dict[str, Transport]
+) -> ClusterSnapshot | None:
     """Live state to join into the diagnosis; without it the fixes name no live IPs."""
     from sparktui.core.monitor import Monitor
 
@@ -308,8 +390,9 @@ async def _snapshot_for_diagnosis(cfg: Config, transports: dict[str, Transport]
         return None
 
 
-def diagnose_log_text(text: str, cfg: Config, snapshot: ClusterSnapshot | None = None
-                      ) -> list[Finding]:
+def diagnose_log_text(
+    text: str, cfg: Config, snapshot: ClusterSnapshot | None = None
+) -> list[Finding]:
     """The knowledge base's findings on a log text, root cause first (the one call site of
     sparktui.knowledge here). A broken knowledge base never hides the failure itself."""
     if not text:

@@ -21,9 +21,17 @@ def _user() -> str:
         return str(os.getuid())
 
 
-def audit_record(*, action: str, node: str, argv: tuple[str, ...] | list[str], status: str,
-                 exit_status: int | None = None, duration: float | None = None,
-                 env: tuple[tuple[str, str], ...] = (), message: str = "") -> dict[str, Any]:
+def audit_record(
+    *,
+    action: str,
+    node: str,
+    argv: tuple[str, ...] | list[str],
+    status: str,
+    exit_status: int | None = None,
+    duration: float | None = None,
+    env: tuple[tuple[str, str], ...] = (),
+    message: str = "",
+) -> dict[str, Any]:
     """One audit entry. `status`: ok, failed, timeout, unreachable, refused."""
     rec: dict[str, Any] = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

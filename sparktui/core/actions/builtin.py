@@ -62,8 +62,10 @@ def docker_run_argv(cfg: Config, node: NodeConfig) -> list[str]:
     else:
         head = cfg.head
         if not head.ip:
-            raise PlanError(f"the head ({head.name}) has no ip in the config: workers need "
-                            f"it to join (--address <head ip>:{cfg.ray.port})")
+            raise PlanError(
+                f"the head ({head.name}) has no ip in the config: workers need "
+                f"it to join (--address <head ip>:{cfg.ray.port})"
+            )
         argv += ["--address", f"{head.ip}:{cfg.ray.port}"]
         if node.ip:
             argv += ["--node-ip-address", node.ip]
@@ -72,12 +74,28 @@ def docker_run_argv(cfg: Config, node: NodeConfig) -> list[str]:
 
 
 def _teardown_stage(cfg: Config) -> Stage:
-    return Stage("tear down", tuple(
-        Step(n.name, f"remove container {n.container.name}",
-             (cmd("docker", "rm", "-f", n.container.name, mutating=True, timeout=RM_TIMEOUT,
-                  description="stop and remove the container"),),
-             verdict=_rm_verdict)
-        for n in cfg.nodes))
+    return Stage(
+        "tear down",
+        tuple(
+            Step(
+                n.name,
+                f"remove container {n.container.name}",
+                (
+                    cmd(
+                        "docker",
+                        "rm",
+                        "-f",
+                        n.container.name,
+                        mutating=True,
+                        timeout=RM_TIMEOUT,
+                        description="stop and remove the container",
+                    ),
+                ),
+                verdict=_rm_verdict,
+            )
+            for n in cfg.nodes
+        ),
+    )
 
 
 def _rm_verdict(result: Result) -> Verdict:
@@ -91,8 +109,11 @@ def _rm_verdict(result: Result) -> Verdict:
 
 
 def teardown_plan(cfg: Config) -> Plan:
-    return Plan("teardown", [_teardown_stage(cfg)],
-                title=f"Tear down: remove container(s) on {len(cfg.nodes)} node(s)")
+    return Plan(
+        "teardown",
+        [_teardown_stage(cfg)],
+        title=f"Tear down: remove container(s) on {len(cfg.nodes)} node(s)",
+    )
 
 
 def _run_warnings(cfg: Config) -> list[str]:
@@ -100,13 +121,21 @@ def _run_warnings(cfg: Config) -> list[str]:
     for n in cfg.nodes:
         args = n.container.run_args
         joined = " ".join(args)
-        if "--network host" not in joined and "--network=host" not in joined \
-                and "--net=host" not in joined and "--net host" not in joined:
-            out.append(f"{n.name}: container.run_args has no '--network host': Ray would "
-                       f"register the container's own address")
+        if (
+            "--network host" not in joined
+            and "--network=host" not in joined
+            and "--net=host" not in joined
+            and "--net host" not in joined
+        ):
+            out.append(
+                f"{n.name}: container.run_args has no '--network host': Ray would "
+                f"register the container's own address"
+            )
         if not n.ip:
-            out.append(f"{n.name}: no ip in the config: Ray and vLLM pick the default-route "
-                       f"address (not pinned)")
+            out.append(
+                f"{n.name}: no ip in the config: Ray and vLLM pick the default-route "
+                f"address (not pinned)"
+            )
     return out
 
 
@@ -128,7 +157,8 @@ def ray_ready_verdict(cfg: Config, result: Result) -> Verdict:
     have = f"{len(alive)}/{len(cfg.nodes)} alive ({', '.join(sorted(ips)) or 'none'}), {gpus:g} GPU"
     if missing:
         return "pending", f"{have}; waiting for " + ", ".join(
-            f"{n.name} at {n.ip}" for n in missing)
+            f"{n.name} at {n.ip}" for n in missing
+        )
     if len(alive) < len(cfg.nodes) and unpinned:
         return "pending", f"{have}; waiting for {len(cfg.nodes) - len(alive)} more node(s)"
     if need > 1 and gpus < need:
@@ -150,55 +180,158 @@ def non_carry_over_names(cfg: Config) -> list[str]:
 def restart_plan(cfg: Config) -> Plan:
     head = cfg.head
     stages = [_teardown_stage(cfg)]
-    stages.append(Stage("start the Ray head", (Step(
-        head.name, f"start {head.container.name} running the Ray head",
-        (Command(tuple(docker_run_argv(cfg, head)), mutating=True, timeout=RUN_TIMEOUT,
-                 description="docker run -d: ray start --head"),)),)))
-    stages.append(Stage("wait for the GCS", (Step(
-        head.name, "wait for the Ray head (GCS) to start",
-        (sh(GCS_SCRIPT, head.container.name, f"{cfg.ray.port:04X}", str(cfg.ray.port),
-            timeout=20),),
-        kind="wait", timeout=GCS_TIMEOUT, interval=0.25,
-        until=f"the GCS port {cfg.ray.port} listening on {head.name} (or 'Ray runtime "
-              f"started' in the head container's output)"),)))
+    stages.append(
+        Stage(
+            "start the Ray head",
+            (
+                Step(
+                    head.name,
+                    f"start {head.container.name} running the Ray head",
+                    (
+                        Command(
+                            tuple(docker_run_argv(cfg, head)),
+                            mutating=True,
+                            timeout=RUN_TIMEOUT,
+                            description="docker run -d: ray start --head",
+                        ),
+                    ),
+                ),
+            ),
+        )
+    )
+    stages.append(
+        Stage(
+            "wait for the GCS",
+            (
+                Step(
+                    head.name,
+                    "wait for the Ray head (GCS) to start",
+                    (
+                        sh(
+                            GCS_SCRIPT,
+                            head.container.name,
+                            f"{cfg.ray.port:04X}",
+                            str(cfg.ray.port),
+                            timeout=20,
+                        ),
+                    ),
+                    kind="wait",
+                    timeout=GCS_TIMEOUT,
+                    interval=0.25,
+                    until=f"the GCS port {cfg.ray.port} listening on {head.name} (or 'Ray runtime "
+                    f"started' in the head container's output)",
+                ),
+            ),
+        )
+    )
     if cfg.workers:
-        stages.append(Stage("start the Ray workers", tuple(Step(
-            w.name, f"start {w.container.name} joining {head.ip}:{cfg.ray.port}",
-            (Command(tuple(docker_run_argv(cfg, w)), mutating=True, timeout=RUN_TIMEOUT,
-                     description="docker run -d: ray start --address"),))
-            for w in cfg.workers)))
+        stages.append(
+            Stage(
+                "start the Ray workers",
+                tuple(
+                    Step(
+                        w.name,
+                        f"start {w.container.name} joining {head.ip}:{cfg.ray.port}",
+                        (
+                            Command(
+                                tuple(docker_run_argv(cfg, w)),
+                                mutating=True,
+                                timeout=RUN_TIMEOUT,
+                                description="docker run -d: ray start --address",
+                            ),
+                        ),
+                    )
+                    for w in cfg.workers
+                ),
+            )
+        )
     keep = non_carry_over_names(cfg)
     if keep:
-        stages.append(Stage("keep per-node NCCL/UCX/GLOO values", tuple(Step(
-            n.name, f"write {', '.join(keep)} to ray_non_carry_over_env_vars.json in "
-                    f"{n.container.name}",
-            (Command(("docker", "exec", n.container.name, "python3", "-c",
-                      script("non_carry_over.py"), *keep), mutating=True, timeout=30,
-                     description="$VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json: vLLM "
-                                 "does not copy the head's values of these to the workers"),))
-            for n in cfg.nodes)))
+        stages.append(
+            Stage(
+                "keep per-node NCCL/UCX/GLOO values",
+                tuple(
+                    Step(
+                        n.name,
+                        f"write {', '.join(keep)} to ray_non_carry_over_env_vars.json in "
+                        f"{n.container.name}",
+                        (
+                            Command(
+                                (
+                                    "docker",
+                                    "exec",
+                                    n.container.name,
+                                    "python3",
+                                    "-c",
+                                    script("non_carry_over.py"),
+                                    *keep,
+                                ),
+                                mutating=True,
+                                timeout=30,
+                                description="$VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json: vLLM "
+                                "does not copy the head's values of these to the workers",
+                            ),
+                        ),
+                    )
+                    for n in cfg.nodes
+                ),
+            )
+        )
     if cfg.workers:
         # Cheap (docker logs) and CPU-light: the expensive Ray table below runs Python in
         # the head container, which on a small box competes with the raylets starting.
-        stages.append(Stage("wait for the workers' raylets", tuple(Step(
-            w.name, "wait for the worker's raylet to start",
-            (sh(RAY_STARTED_SCRIPT, w.container.name, timeout=20),),
-            kind="wait", timeout=RAY_TIMEOUT, interval=0.25,
-            until="'Ray runtime started' in the worker container's output")
-            for w in cfg.workers)))
+        stages.append(
+            Stage(
+                "wait for the workers' raylets",
+                tuple(
+                    Step(
+                        w.name,
+                        "wait for the worker's raylet to start",
+                        (sh(RAY_STARTED_SCRIPT, w.container.name, timeout=20),),
+                        kind="wait",
+                        timeout=RAY_TIMEOUT,
+                        interval=0.25,
+                        until="'Ray runtime started' in the worker container's output",
+                    )
+                    for w in cfg.workers
+                ),
+            )
+        )
     need = cfg.vllm.parallel_size()
-    stages.append(Stage("wait for the Ray cluster", (Step(
-        head.name, "wait until Ray lists every node alive under its configured ip",
-        (sh(RAY_TABLE_SCRIPT, head.container.name, script("ray_nodes.py"), timeout=30),),
-        kind="wait", timeout=RAY_TIMEOUT, interval=0.5,
-        verdict=partial(ray_ready_verdict, cfg),
-        until=f"{len(cfg.nodes)} alive Ray nodes at "
-              + ", ".join(n.ip or f"{n.name}(any ip)" for n in cfg.nodes)
-              + (f", >= {need} GPUs" if need > 1 else "")),)))
-    return Plan("restart", stages, warnings=_run_warnings(cfg),
-                title=f"Restart: tear down, then Ray head on {head.name}"
-                      + (f" and {len(cfg.workers)} worker(s)" if cfg.workers else "")
-                      + " pinned to the configured ips")
+    stages.append(
+        Stage(
+            "wait for the Ray cluster",
+            (
+                Step(
+                    head.name,
+                    "wait until Ray lists every node alive under its configured ip",
+                    (
+                        sh(
+                            RAY_TABLE_SCRIPT,
+                            head.container.name,
+                            script("ray_nodes.py"),
+                            timeout=30,
+                        ),
+                    ),
+                    kind="wait",
+                    timeout=RAY_TIMEOUT,
+                    interval=0.5,
+                    verdict=partial(ray_ready_verdict, cfg),
+                    until=f"{len(cfg.nodes)} alive Ray nodes at "
+                    + ", ".join(n.ip or f"{n.name}(any ip)" for n in cfg.nodes)
+                    + (f", >= {need} GPUs" if need > 1 else ""),
+                ),
+            ),
+        )
+    )
+    return Plan(
+        "restart",
+        stages,
+        warnings=_run_warnings(cfg),
+        title=f"Restart: tear down, then Ray head on {head.name}"
+        + (f" and {len(cfg.workers)} worker(s)" if cfg.workers else "")
+        + " pinned to the configured ips",
+    )
 
 
 def vllm_argv(cfg: Config) -> list[str]:
@@ -246,8 +379,9 @@ def serve_wait_verdict(result: Result) -> Verdict:
     return ServeWait()(result)
 
 
-def _phase_message(verdict: Literal["ok", "pending", "failed"], msg: str, own: str,
-                   tl: Timeline) -> Verdict:
+def _phase_message(
+    verdict: Literal["ok", "pending", "failed"], msg: str, own: str, tl: Timeline
+) -> Verdict:
     status = own.strip().splitlines()[-1] if own.strip() else ""
     if verdict == "pending":
         return verdict, f"phase: {tl.describe()}" + (f" ({status})" if status else "")
@@ -260,16 +394,45 @@ LOG_SEPARATOR = "@@sparktui:log@@\n"
 def serve_plan(cfg: Config) -> Plan:
     head = cfg.head
     c = head.container.name
-    start = Command(("docker", "exec", "-d", c, "sh", "-c", SERVE_SCRIPT, "sh", cfg.vllm.log,
-                     *vllm_argv(cfg)), mutating=True, timeout=30,
-                    description="docker exec -d: vllm serve, output to the log")
-    return Plan("serve", [
-        Stage("start vLLM", (Step(head.name, f"start vllm serve in {c} (log: {cfg.vllm.log})",
-                                  (start,)),)),
-        Stage("wait for /health", (Step(
-            head.name, f"wait for vLLM's /health on port {cfg.vllm.port}",
-            (sh(HEALTH_SCRIPT, script("http_get.py"), str(cfg.vllm.port), c, cfg.vllm.log,
-                timeout=20),),
-            kind="wait", verdict=ServeWait(), timeout=cfg.vllm.health_timeout, interval=2.0, grace=2.0,
-            until=f"HTTP 200 from http://127.0.0.1:{cfg.vllm.port}/health on {head.name}"),)),
-    ], preflight=True, title=f"Serve {cfg.vllm.model} on {head.name}")
+    start = Command(
+        ("docker", "exec", "-d", c, "sh", "-c", SERVE_SCRIPT, "sh", cfg.vllm.log, *vllm_argv(cfg)),
+        mutating=True,
+        timeout=30,
+        description="docker exec -d: vllm serve, output to the log",
+    )
+    return Plan(
+        "serve",
+        [
+            Stage(
+                "start vLLM",
+                (Step(head.name, f"start vllm serve in {c} (log: {cfg.vllm.log})", (start,)),),
+            ),
+            Stage(
+                "wait for /health",
+                (
+                    Step(
+                        head.name,
+                        f"wait for vLLM's /health on port {cfg.vllm.port}",
+                        (
+                            sh(
+                                HEALTH_SCRIPT,
+                                script("http_get.py"),
+                                str(cfg.vllm.port),
+                                c,
+                                cfg.vllm.log,
+                                timeout=20,
+                            ),
+                        ),
+                        kind="wait",
+                        verdict=ServeWait(),
+                        timeout=cfg.vllm.health_timeout,
+                        interval=2.0,
+                        grace=2.0,
+                        until=f"HTTP 200 from http://127.0.0.1:{cfg.vllm.port}/health on {head.name}",
+                    ),
+                ),
+            ),
+        ],
+        preflight=True,
+        title=f"Serve {cfg.vllm.model} on {head.name}",
+    )

@@ -98,11 +98,19 @@ def doctor_command(cfg: Config, node_name: str) -> Command:
     peers = " ".join(m.ip for m in cfg.nodes if m.name != n.name and m.ip)
     native = cfg.backend_configured and cfg.backend == "native"  # no Ray GCS to reach
     gcs = f"{cfg.head.ip}:{cfg.ray.port}" if cfg.head.ip and not native else ""
-    return sh(DOCTOR_SCRIPT, n.container.name, n.container.image or "",
-              local_model_path(cfg.vllm.model) or "", peers, gcs, DOCTOR_CONTAINER_PY,
-              DOCTOR_NET_PY, timeout=20,
-              description="doctor: image, model, ports, container limits, GPUs, RDMA, "
-                          "interconnect, versions, clock")
+    return sh(
+        DOCTOR_SCRIPT,
+        n.container.name,
+        n.container.image or "",
+        local_model_path(cfg.vllm.model) or "",
+        peers,
+        gcs,
+        DOCTOR_CONTAINER_PY,
+        DOCTOR_NET_PY,
+        timeout=20,
+        description="doctor: image, model, ports, container limits, GPUs, RDMA, "
+        "interconnect, versions, clock",
+    )
 
 
 def parse_listening(text: str) -> set[int]:
@@ -177,8 +185,9 @@ def _gpu_memory_utilization(args: list[str]) -> float:
     return DEFAULT_GPU_MEMORY_UTILIZATION
 
 
-def preflight_findings(cfg: Config, snap: ClusterSnapshot,
-                       extras: dict[str, NodeExtras]) -> list[Finding]:
+def preflight_findings(
+    cfg: Config, snap: ClusterSnapshot, extras: dict[str, NodeExtras]
+) -> list[Finding]:
     """Doctor's own findings (the live checks' are in `snap.findings` already)."""
     out: list[Finding] = []
     have = {(f.id, f.node) for f in snap.findings}
@@ -186,12 +195,21 @@ def preflight_findings(cfg: Config, snap: ClusterSnapshot,
     head_state = snap.node(head.name)
     serving = bool(snap.vllm.healthy)
 
-    if head_state is not None and head_state.reachable and snap.ray_error \
-            and snap.ray_error != "not read yet":
-        out.append(Finding(
-            "ray-unavailable", "error", head.name,
-            f"the Ray node table could not be read on {head.name}: {snap.ray_error}",
-            fix="Start the cluster: sparktui restart."))
+    if (
+        head_state is not None
+        and head_state.reachable
+        and snap.ray_error
+        and snap.ray_error != "not read yet"
+    ):
+        out.append(
+            Finding(
+                "ray-unavailable",
+                "error",
+                head.name,
+                f"the Ray node table could not be read on {head.name}: {snap.ray_error}",
+                fix="Start the cluster: sparktui restart.",
+            )
+        )
 
     # Images: the same on every node.
     ids: dict[str, str] = {}
@@ -204,10 +222,15 @@ def preflight_findings(cfg: Config, snap: ClusterSnapshot,
         c = st.container(n.container.name)
         running = c is not None and c.running
         if n.container.image and x.image_id is None and not running:
-            out.append(Finding(
-                "image-missing", "error", n.name,
-                f"image {n.container.image} is not on {n.name}",
-                fix=f"Pull or load it there (docker pull {n.container.image} on {n.name})."))
+            out.append(
+                Finding(
+                    "image-missing",
+                    "error",
+                    n.name,
+                    f"image {n.container.image} is not on {n.name}",
+                    fix=f"Pull or load it there (docker pull {n.container.image} on {n.name}).",
+                )
+            )
         ident = (x.container_image if running else None) or x.image_id
         if ident:
             ids[n.name] = ident
@@ -218,13 +241,21 @@ def preflight_findings(cfg: Config, snap: ClusterSnapshot,
         listing = ", ".join(f"{k}: {v.removeprefix('sha256:')[:12]}" for k, v in ids.items())
         shared = len(digests) == len(ids) and len(set(digests.values())) == 1
         if not shared:
-            out.append(Finding(
-                "image-mismatch", "error" if by_digest else "warning", None,
-                f"the nodes run different images ({listing})"
-                + ("" if by_digest else "; built or imported separately, they may still hold "
-                   "the same software"),
-                fix="Use one image everywhere (same tag and digest: Ray and Python versions "
-                    "must match exactly), then sparktui restart."))
+            out.append(
+                Finding(
+                    "image-mismatch",
+                    "error" if by_digest else "warning",
+                    None,
+                    f"the nodes run different images ({listing})"
+                    + (
+                        ""
+                        if by_digest
+                        else "; built or imported separately, they may still hold the same software"
+                    ),
+                    fix="Use one image everywhere (same tag and digest: Ray and Python versions "
+                    "must match exactly), then sparktui restart.",
+                )
+            )
 
     # The model path.
     path = local_model_path(cfg.vllm.model)
@@ -234,21 +265,31 @@ def preflight_findings(cfg: Config, snap: ClusterSnapshot,
             if x is None or x.model is None:
                 continue
             if x.model == "missing":
-                out.append(Finding(
-                    "model-path-missing", "error", n.name,
-                    f"the model path {path} does not exist on {n.name}",
-                    fix=f"Copy the model to {path} on {n.name} (every node loads its shard "
-                        f"from its own disk)."))
+                out.append(
+                    Finding(
+                        "model-path-missing",
+                        "error",
+                        n.name,
+                        f"the model path {path} does not exist on {n.name}",
+                        fix=f"Copy the model to {path} on {n.name} (every node loads its shard "
+                        f"from its own disk).",
+                    )
+                )
             elif x.model == "host":
                 st = snap.node(n.name)
                 c = st.container(n.container.name) if st else None
                 if c is not None and c.running:
-                    out.append(Finding(
-                        "model-path-not-mounted", "error", n.name,
-                        f"{path} exists on {n.name} but not inside container "
-                        f"{n.container.name}",
-                        fix="Mount it: add -v <dir>:<dir> to container.run_args, then "
-                            "sparktui restart."))
+                    out.append(
+                        Finding(
+                            "model-path-not-mounted",
+                            "error",
+                            n.name,
+                            f"{path} exists on {n.name} but not inside container "
+                            f"{n.container.name}",
+                            fix="Mount it: add -v <dir>:<dir> to container.run_args, then "
+                            "sparktui restart.",
+                        )
+                    )
 
     # Free memory (skipped while vLLM serves: then it is in use, as it should be).
     util = _gpu_memory_utilization(cfg.vllm.args)
@@ -259,18 +300,26 @@ def preflight_findings(cfg: Config, snap: ClusterSnapshot,
             if not g.memory_total_mib:
                 continue
             need = util * g.memory_total_mib
-            free = (st.mem_available_mib if g.unified else
-                    g.memory_total_mib - (g.memory_used_mib or 0))
+            free = (
+                st.mem_available_mib if g.unified else g.memory_total_mib - (g.memory_used_mib or 0)
+            )
             if free is None or free >= need:
                 continue
             kind = "unified memory (shared with the CPU)" if g.unified else f"GPU {g.index}"
-            out.append(Finding(
-                "insufficient-memory", "warning" if g.unified else "error", st.name,
-                f"{st.name}: {free:,} MiB free of {g.memory_total_mib:,} MiB {kind}; "
-                f"vLLM asks for {util:g} x total = {need:,.0f} MiB",
-                fix=("Free memory (stop other GPU processes; on unified memory drop the page "
-                     "cache: sudo sh -c 'sync; echo 3 > /proc/sys/vm/drop_caches') or lower "
-                     "--gpu-memory-utilization in vllm.args.")))
+            out.append(
+                Finding(
+                    "insufficient-memory",
+                    "warning" if g.unified else "error",
+                    st.name,
+                    f"{st.name}: {free:,} MiB free of {g.memory_total_mib:,} MiB {kind}; "
+                    f"vLLM asks for {util:g} x total = {need:,.0f} MiB",
+                    fix=(
+                        "Free memory (stop other GPU processes; on unified memory drop the page "
+                        "cache: sudo sh -c 'sync; echo 3 > /proc/sys/vm/drop_caches') or lower "
+                        "--gpu-memory-utilization in vllm.args."
+                    ),
+                )
+            )
             break
 
     # Stale containers: others that run Ray or vLLM (they hold GPUs and ports).
@@ -281,13 +330,21 @@ def preflight_findings(cfg: Config, snap: ClusterSnapshot,
         for c in st.containers:
             if c.name == n.container.name or not c.running:
                 continue
-            if ("ray start" in c.command or "vllm" in c.command
-                    or (n.container.image and c.image == n.container.image)):
-                out.append(Finding(
-                    "stale-container", "warning", n.name,
-                    f"{n.name}: container {c.name} ({c.image}, {c.status}) also runs "
-                    f"Ray or vLLM",
-                    fix=f"Remove it if it is left over: docker rm -f {c.name} on {n.name}."))
+            if (
+                "ray start" in c.command
+                or "vllm" in c.command
+                or (n.container.image and c.image == n.container.image)
+            ):
+                out.append(
+                    Finding(
+                        "stale-container",
+                        "warning",
+                        n.name,
+                        f"{n.name}: container {c.name} ({c.image}, {c.status}) also runs "
+                        f"Ray or vLLM",
+                        fix=f"Remove it if it is left over: docker rm -f {c.name} on {n.name}.",
+                    )
+                )
 
     # Busy ports on the head.
     if head_state is not None and head_state.reachable and head.name in extras:
@@ -296,24 +353,39 @@ def preflight_findings(cfg: Config, snap: ClusterSnapshot,
         running = c is not None and c.running
         if cfg.vllm.port in x.listening:
             if serving:
-                out.append(Finding(
-                    "vllm-already-serving", "warning", head.name,
-                    f"vLLM already serves on {head.name}:{cfg.vllm.port} (/health is 200)",
-                    fix="Nothing to do; to serve another model, sparktui restart first."))
+                out.append(
+                    Finding(
+                        "vllm-already-serving",
+                        "warning",
+                        head.name,
+                        f"vLLM already serves on {head.name}:{cfg.vllm.port} (/health is 200)",
+                        fix="Nothing to do; to serve another model, sparktui restart first.",
+                    )
+                )
             else:
-                out.append(Finding(
-                    "port-busy", "error", head.name,
-                    f"port {cfg.vllm.port} is already in use on {head.name} (not a healthy vLLM)",
-                    fix=f"Find the process (ss -ltnp 'sport = :{cfg.vllm.port}' on "
-                        f"{head.name}) and stop it, or set vllm.port."))
+                out.append(
+                    Finding(
+                        "port-busy",
+                        "error",
+                        head.name,
+                        f"port {cfg.vllm.port} is already in use on {head.name} (not a healthy vLLM)",
+                        fix=f"Find the process (ss -ltnp 'sport = :{cfg.vllm.port}' on "
+                        f"{head.name}) and stop it, or set vllm.port.",
+                    )
+                )
         ray_ok = snap.ray_error is None
         if cfg.ray.port in x.listening and not (running and ray_ok):
-            out.append(Finding(
-                "port-busy", "error", head.name,
-                f"port {cfg.ray.port} (Ray GCS) is in use on {head.name}, but not by a working "
-                f"Ray in container {head.container.name}",
-                fix=f"A stale Ray holds it: find it (ss -ltnp 'sport = :{cfg.ray.port}') and "
-                    f"stop it, then sparktui restart."))
+            out.append(
+                Finding(
+                    "port-busy",
+                    "error",
+                    head.name,
+                    f"port {cfg.ray.port} (Ray GCS) is in use on {head.name}, but not by a working "
+                    f"Ray in container {head.container.name}",
+                    fix=f"A stale Ray holds it: find it (ss -ltnp 'sport = :{cfg.ray.port}') and "
+                    f"stop it, then sparktui restart.",
+                )
+            )
 
     # VLLM_HOST_IP equals the configured ip (checks compare it with Ray's view only).
     for n in cfg.nodes:
@@ -325,28 +397,40 @@ def preflight_findings(cfg: Config, snap: ClusterSnapshot,
             continue
         host_ip = st.env.get("VLLM_HOST_IP")
         if not host_ip:
-            out.append(Finding(
-                "vllm-host-ip-unset", "warning", n.name,
-                f"VLLM_HOST_IP is not set in container {n.container.name} on {n.name}: vLLM "
-                f"will use the default-route address, not {n.ip}",
-                fix="sparktui restart sets VLLM_HOST_IP to each node's configured ip."))
+            out.append(
+                Finding(
+                    "vllm-host-ip-unset",
+                    "warning",
+                    n.name,
+                    f"VLLM_HOST_IP is not set in container {n.container.name} on {n.name}: vLLM "
+                    f"will use the default-route address, not {n.ip}",
+                    fix="sparktui restart sets VLLM_HOST_IP to each node's configured ip.",
+                )
+            )
         elif host_ip != n.ip and ("vllm-host-ip-mismatch", n.name) not in have:
-            out.append(Finding(
-                "vllm-host-ip-mismatch", "error", n.name,
-                f"VLLM_HOST_IP on {n.name} is {host_ip}, the config says {n.ip}",
-                fix="sparktui restart sets VLLM_HOST_IP to each node's configured ip.",
-                captures={"vllm_host_ip": host_ip, "configured_ip": n.ip}))
+            out.append(
+                Finding(
+                    "vllm-host-ip-mismatch",
+                    "error",
+                    n.name,
+                    f"VLLM_HOST_IP on {n.name} is {host_ip}, the config says {n.ip}",
+                    fix="sparktui restart sets VLLM_HOST_IP to each node's configured ip.",
+                    captures={"vllm_host_ip": host_ip, "configured_ip": n.ip},
+                )
+            )
     return out
 
 
-def doctor_findings(cfg: Config, snap: ClusterSnapshot,
-                    extras: dict[str, NodeExtras]) -> list[Finding]:
+def doctor_findings(
+    cfg: Config, snap: ClusterSnapshot, extras: dict[str, NodeExtras]
+) -> list[Finding]:
     """The live checks' findings plus doctor's own and the fabric's, errors first."""
     from sparktui.core.actions.fabric import fabric_checks
 
     board = fabric_checks(cfg, snap, extras)
-    return sort_findings(list(snap.findings) + preflight_findings(cfg, snap, extras)
-                         + board.findings)
+    return sort_findings(
+        list(snap.findings) + preflight_findings(cfg, snap, extras) + board.findings
+    )
 
 
 async def _extras(cfg: Config, transports: dict[str, Transport]) -> dict[str, NodeExtras]:
@@ -359,12 +443,12 @@ async def _extras(cfg: Config, transports: dict[str, Transport]) -> dict[str, No
         x = parse_doctor_probe(r.stdout)
         x.sent_at, x.received_at = sent, time.time()
         return name, x
+
     pairs = await asyncio.gather(*(one(n.name) for n in cfg.nodes))
     return dict(pairs)
 
 
-async def run_doctor(cfg: Config, transports: dict[str, Transport] | None = None
-                     ) -> DoctorReport:
+async def run_doctor(cfg: Config, transports: dict[str, Transport] | None = None) -> DoctorReport:
     """A fresh snapshot (with the Ray table) and the doctor probe on every node, in parallel;
     only read-only commands. Transports passed in stay open; ones made here are closed."""
     from sparktui.core.monitor import Monitor
@@ -375,20 +459,21 @@ async def run_doctor(cfg: Config, transports: dict[str, Transport] | None = None
         transports = {n.name: transport_for(n, read_only=cfg.read_only) for n in cfg.nodes}
     monitor = Monitor(cfg, transports)
     try:
-        snap, extras = await asyncio.gather(monitor.refresh(wait=None, with_ray=True),
-                                            _extras(cfg, transports))
+        snap, extras = await asyncio.gather(
+            monitor.refresh(wait=None, with_ray=True), _extras(cfg, transports)
+        )
         native_found: list[Finding] = []
         if snap.backend == "native":  # vLLM's own multi-node mode: its checks (no Ray)
             from sparktui.core.actions import native
 
             native_found = await native.doctor_findings(
-                cfg, snap, transports, {k: x.listening for k, x in extras.items()})
+                cfg, snap, transports, {k: x.listening for k, x in extras.items()}
+            )
     finally:
         for t in monitor._tasks.values():
             t.cancel()
         if own:
-            await asyncio.gather(*(t.close() for t in transports.values()),
-                                 return_exceptions=True)
+            await asyncio.gather(*(t.close() for t in transports.values()), return_exceptions=True)
     findings = doctor_findings(cfg, snap, extras)
     if native_found:
         findings = sort_findings(findings + native_found)
@@ -406,11 +491,16 @@ def doctor_plan(cfg: Config) -> Plan:
         try:
             from sparktui.core.probes import script as probe_script
 
-            commands.append(probe_script.build_probe(
-                n.name, n.container.name, n.role == "head", cfg.vllm.port))
+            commands.append(
+                probe_script.build_probe(n.name, n.container.name, n.role == "head", cfg.vllm.port)
+            )
         except Exception:  # the probe module's API: best effort for a dry-run listing
             log.warning("building the probe of %s for the plan failed", n.name, exc_info=True)
         commands.append(doctor_command(cfg, n.name))
         steps.append(Step(n.name, "probe the node (read-only)", tuple(commands)))
-    return Plan("doctor", [Stage("probe every node", tuple(steps))], source="checks",
-                title="Doctor: read-only preflight checks on every node")
+    return Plan(
+        "doctor",
+        [Stage("probe every node", tuple(steps))],
+        source="checks",
+        title="Doctor: read-only preflight checks on every node",
+    )

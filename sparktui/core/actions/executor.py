@@ -56,8 +56,13 @@ class CommandRecord:
     timed_out: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"argv": self.argv, "mutating": self.mutating, "exit_status": self.exit_status,
-                "duration_s": round(self.duration, 3), "timed_out": self.timed_out}
+        return {
+            "argv": self.argv,
+            "mutating": self.mutating,
+            "exit_status": self.exit_status,
+            "duration_s": round(self.duration, 3),
+            "timed_out": self.timed_out,
+        }
 
 
 @dataclass
@@ -77,11 +82,20 @@ class StepResult:
     started: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage, "stage_name": self.stage_name, "step": self.step,
-                "node": self.node, "description": self.description, "kind": self.kind,
-                "state": self.state, "message": self.message, "output": self.output,
-                "duration_s": round(self.duration, 3), "polls": self.polls,
-                "commands": [c.to_dict() for c in self.commands]}
+        return {
+            "stage": self.stage,
+            "stage_name": self.stage_name,
+            "step": self.step,
+            "node": self.node,
+            "description": self.description,
+            "kind": self.kind,
+            "state": self.state,
+            "message": self.message,
+            "output": self.output,
+            "duration_s": round(self.duration, 3),
+            "polls": self.polls,
+            "commands": [c.to_dict() for c in self.commands],
+        }
 
 
 @dataclass
@@ -98,14 +112,24 @@ class ActionResult:
     matrix: dict[str, Any] | None = None  # doctor: checks x nodes (core/actions/fabric.py)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"action": self.action, "ok": self.ok, "state": self.state,
-                "message": self.message, "duration_s": round(self.duration, 3),
-                "log_tail": self.log_tail or None,
-                "failed": None if self.failed_step is None else {
-                    "node": self.failed_step.node, "step": self.failed_step.description,
-                    "stage": self.failed_step.stage_name, "output": self.failed_step.output},
-                "steps": [s.to_dict() for s in self.steps],
-                "findings": [f.to_dict() for f in self.findings]}
+        return {
+            "action": self.action,
+            "ok": self.ok,
+            "state": self.state,
+            "message": self.message,
+            "duration_s": round(self.duration, 3),
+            "log_tail": self.log_tail or None,
+            "failed": None
+            if self.failed_step is None
+            else {
+                "node": self.failed_step.node,
+                "step": self.failed_step.description,
+                "stage": self.failed_step.stage_name,
+                "output": self.failed_step.output,
+            },
+            "steps": [s.to_dict() for s in self.steps],
+            "findings": [f.to_dict() for f in self.findings],
+        }
 
 
 EventCallback = Callable[[ActionEvent], "Awaitable[None] | None"]
@@ -118,9 +142,15 @@ class _Failed(Exception):
 class Executor:
     """One run of one plan. Use `await Executor(plan, transports, on_event).run()`."""
 
-    def __init__(self, plan: Plan, transports: dict[str, Transport],
-                 on_event: EventCallback | None = None, *, read_only: bool = False,
-                 audit_log: bool = True) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        transports: dict[str, Transport],
+        on_event: EventCallback | None = None,
+        *,
+        read_only: bool = False,
+        audit_log: bool = True,
+    ) -> None:
         self.plan = plan
         self.transports = transports
         self.on_event = on_event
@@ -135,8 +165,14 @@ class Executor:
 
     # ----------------------------------------------------------------- events and audit
 
-    async def _emit(self, r: StepResult, state: StepState, message: str = "",
-                    output: str = "", elapsed: float = 0.0) -> None:
+    async def _emit(
+        self,
+        r: StepResult,
+        state: StepState,
+        message: str = "",
+        output: str = "",
+        elapsed: float = 0.0,
+    ) -> None:
         r.state = state
         message = clean_text(message)  # may quote a node (outputs come cleaned by _tail)
         if message:
@@ -145,24 +181,44 @@ class Executor:
             r.output = output
         if self.on_event is None:
             return
-        ev = ActionEvent(self.plan.action, r.stage, r.stage_name, r.step, r.node,
-                         r.description, state, message, output, elapsed)
+        ev = ActionEvent(
+            self.plan.action,
+            r.stage,
+            r.stage_name,
+            r.step,
+            r.node,
+            r.description,
+            state,
+            message,
+            output,
+            elapsed,
+        )
         try:
             out = self.on_event(ev)
             if inspect.isawaitable(out):
                 await out
         except Exception:  # a UI bug must not break the action half-way
-            log.exception("progress callback failed on %s step %d (%s)", self.plan.action,
-                          r.step, state)
+            log.exception(
+                "progress callback failed on %s step %d (%s)", self.plan.action, r.step, state
+            )
 
-    def _audit(self, node: str, c: Command, status: str, result: Result | None = None,
-               message: str = "") -> None:
+    def _audit(
+        self, node: str, c: Command, status: str, result: Result | None = None, message: str = ""
+    ) -> None:
         if not self.audit_log or not c.mutating:
             return
-        audit.append(audit.audit_record(
-            action=self.plan.action, node=node, argv=c.argv, status=status,
-            exit_status=result.exit_status if result else None,
-            duration=result.duration if result else None, env=c.env, message=message))
+        audit.append(
+            audit.audit_record(
+                action=self.plan.action,
+                node=node,
+                argv=c.argv,
+                status=status,
+                exit_status=result.exit_status if result else None,
+                duration=result.duration if result else None,
+                env=c.env,
+                message=message,
+            )
+        )
 
     # ----------------------------------------------------------------- read-only
 
@@ -170,12 +226,23 @@ class Executor:
         """Why this plan may not run here (read-only), or None."""
         if not self.plan.mutating:
             return None
-        ro_nodes = sorted({s.node for _i, _st, s in self.plan.steps if s.mutating and (
-            self.read_only or (s.node in self.transports and self.transports[s.node].read_only))})
+        ro_nodes = sorted(
+            {
+                s.node
+                for _i, _st, s in self.plan.steps
+                if s.mutating
+                and (
+                    self.read_only
+                    or (s.node in self.transports and self.transports[s.node].read_only)
+                )
+            }
+        )
         if not ro_nodes:
             return None
-        return (f"read-only mode: '{self.plan.action}' changes nodes "
-                f"({', '.join(ro_nodes)}) and was refused; nothing was run")
+        return (
+            f"read-only mode: '{self.plan.action}' changes nodes "
+            f"({', '.join(ro_nodes)}) and was refused; nothing was run"
+        )
 
     # ----------------------------------------------------------------- running
 
@@ -189,8 +256,14 @@ class Executor:
                 for c in s.commands:
                     self._audit(s.node, c, "refused", message="read-only")
                 await self._emit(r, "refused", "refused: read-only mode")
-            return ActionResult(self.plan.action, False, "refused", why, self.results,
-                                duration=time.monotonic() - start)
+            return ActionResult(
+                self.plan.action,
+                False,
+                "refused",
+                why,
+                self.results,
+                duration=time.monotonic() - start,
+            )
         failed: StepResult | None = None
         try:
             for si, stage in enumerate(self.plan.stages):
@@ -200,8 +273,11 @@ class Executor:
         except asyncio.CancelledError:
             for r in self.results:
                 if r.state in ("pending", "running"):
-                    await self._emit(r, "cancelled", "stopped waiting; work already started "
-                                     "on the node keeps running")
+                    await self._emit(
+                        r,
+                        "cancelled",
+                        "stopped waiting; work already started on the node keeps running",
+                    )
             raise
         for r in self.results:
             if r.state == "pending":
@@ -209,13 +285,24 @@ class Executor:
         duration = time.monotonic() - start
         if failed is not None:
             state: ActionState = "refused" if failed.state == "refused" else "failed"
-            msg = (f"step '{failed.description}' on node {failed.node} failed: "
-                   f"{failed.message}")
-            return ActionResult(self.plan.action, False, state, msg, self.results,
-                                duration=duration, failed_step=failed)
-        return ActionResult(self.plan.action, True, "ok",
-                            f"{self.plan.action} done in {duration:.1f}s", self.results,
-                            duration=duration)
+            msg = f"step '{failed.description}' on node {failed.node} failed: {failed.message}"
+            return ActionResult(
+                self.plan.action,
+                False,
+                state,
+                msg,
+                self.results,
+                duration=duration,
+                failed_step=failed,
+            )
+        return ActionResult(
+            self.plan.action,
+            True,
+            "ok",
+            f"{self.plan.action} done in {duration:.1f}s",
+            self.results,
+            duration=duration,
+        )
 
     async def _run_stage(self, si: int, stage: Stage) -> StepResult | None:
         entries = [(idx, s, r) for idx, (st, s, r) in self._by_step.items() if r.stage == si]
@@ -239,8 +326,9 @@ class Executor:
                             await asyncio.gather(t, return_exceptions=True)
                             r = tasks[t][1]
                             r.duration = time.monotonic() - r.started
-                            await self._emit(r, "ok", f"covered by: {covered_by.description}",
-                                             elapsed=r.duration)
+                            await self._emit(
+                                r, "ok", f"covered by: {covered_by.description}", elapsed=r.duration
+                            )
                 if first_failure is not None:
                     # Waits are only watching: stop them. Started commands run to the end.
                     for t in pending:
@@ -279,14 +367,16 @@ class Executor:
                     message = msg
         except _Failed as e:
             r.duration = time.monotonic() - t0
-            await self._emit(r, r.state if r.state == "refused" else "failed", str(e),
-                             r.output, r.duration)
+            await self._emit(
+                r, r.state if r.state == "refused" else "failed", str(e), r.output, r.duration
+            )
             return
         r.duration = time.monotonic() - t0
         await self._emit(r, "ok", message or "done", output, r.duration)
 
-    async def _one(self, s: Step, r: StepResult, transport: Transport, c: Command,
-                   timeout: float | None = None) -> Result:
+    async def _one(
+        self, s: Step, r: StepResult, transport: Transport, c: Command, timeout: float | None = None
+    ) -> Result:
         """Run one command; audit it; turn refusal/unreachability into _Failed."""
         if timeout is not None and c.timeout is not None and timeout < c.timeout:
             from dataclasses import replace
@@ -303,21 +393,27 @@ class Executor:
             raise _Failed(str(e)) from None
         status = "ok" if result.ok else ("timeout" if result.timed_out else "failed")
         self._audit(s.node, c, status, result)
-        r.commands.append(CommandRecord(mask_argv(c.argv), c.mutating, result.exit_status,
-                                        result.duration, result.timed_out))
+        r.commands.append(
+            CommandRecord(
+                mask_argv(c.argv), c.mutating, result.exit_status, result.duration, result.timed_out
+            )
+        )
         r.output = _tail(result)
         return result
 
-    async def _wait(self, s: Step, r: StepResult, transport: Transport,
-                    t0: float) -> tuple[str, str]:
+    async def _wait(
+        self, s: Step, r: StepResult, transport: Transport, t0: float
+    ) -> tuple[str, str]:
         c = s.commands[0]
         deadline = t0 + s.timeout
         last = ""
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise _Failed(f"timed out after {s.timeout:g}s waiting for "
-                              f"{s.until or s.description}" + (f"; last: {last}" if last else ""))
+                raise _Failed(
+                    f"timed out after {s.timeout:g}s waiting for "
+                    f"{s.until or s.description}" + (f"; last: {last}" if last else "")
+                )
             r.polls += 1
             if r.commands:
                 r.commands.clear()  # keep the last poll's record only
@@ -346,9 +442,15 @@ def _tail(result: Result, n: int = 15) -> str:
     return clean_text("\n".join(text.splitlines()[-n:]))
 
 
-async def execute(plan: Plan, transports: dict[str, Transport],
-                  on_event: EventCallback | None = None, *, read_only: bool = False,
-                  audit_log: bool = True) -> ActionResult:
+async def execute(
+    plan: Plan,
+    transports: dict[str, Transport],
+    on_event: EventCallback | None = None,
+    *,
+    read_only: bool = False,
+    audit_log: bool = True,
+) -> ActionResult:
     """Run `plan` (see Executor)."""
-    return await Executor(plan, transports, on_event, read_only=read_only,
-                          audit_log=audit_log).run()
+    return await Executor(
+        plan, transports, on_event, read_only=read_only, audit_log=audit_log
+    ).run()

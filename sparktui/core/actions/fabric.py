@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from sparktui.core.actions.doctor import NodeExtras
 
 Status = Literal["ok", "fail", "n/a"]
-GIB = 1024 ** 3
+GIB = 1024**3
 SHM_MIN = GIB
 NOFILE_MIN = 65536
 CLOCK_SKEW_MAX = 1.0
@@ -30,9 +30,18 @@ RAY_CLIENT_PORT = 10001
 # vllm/v1/executor/ray_env_utils.py: everything but the worker-specific names and those in
 # ray_non_carry_over_env_vars.json); these prefixes decide the fabric.
 CARRY_PREFIXES = ("NCCL_", "UCX_", "GLOO_")
-NET_VARS = frozenset({"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA",
-                      "NCCL_IB_GID_INDEX", "UCX_NET_DEVICES", "NCCL_IB_DISABLE",
-                      "NCCL_NET", "NCCL_IB_ADDR_FAMILY"})
+NET_VARS = frozenset(
+    {
+        "NCCL_SOCKET_IFNAME",
+        "GLOO_SOCKET_IFNAME",
+        "NCCL_IB_HCA",
+        "NCCL_IB_GID_INDEX",
+        "UCX_NET_DEVICES",
+        "NCCL_IB_DISABLE",
+        "NCCL_NET",
+        "NCCL_IB_ADDR_FAMILY",
+    }
+)
 NON_CARRY_FILE = "ray_non_carry_over_env_vars.json"
 
 
@@ -45,43 +54,102 @@ class CheckSpec:
 
 
 CHECKS: tuple[CheckSpec, ...] = (
-    CheckSpec("gpu-not-in-container", "node", "GPUs in the container",
-              "`nvidia-smi -L` on the host and inside the container; `docker info` runtimes"),
-    CheckSpec("shm-small", "node", "/dev/shm size",
-              "`docker inspect` HostConfig.IpcMode/ShmSize; statvfs(/dev/shm) in the container"),
-    CheckSpec("ulimit-low", "node", "open files / locked memory",
-              "RLIMIT_NOFILE and RLIMIT_MEMLOCK in the container; HostConfig.Privileged/CapAdd"),
-    CheckSpec("rdma-not-in-container", "node", "RDMA devices in the container",
-              "/sys/class/infiniband on the host; /dev/infiniband in the container"),
-    CheckSpec("roce-port-down", "node", "HCAs of NCCL_IB_HCA active",
-              "NCCL_IB_HCA in the container; /sys/class/infiniband/<dev>/ports/<n>/state; "
-              "`ibdev2netdev`"),
-    CheckSpec("gid-invalid", "node", "NCCL_IB_GID_INDEX is RoCE v2 / IPv4",
-              "NCCL_IB_GID_INDEX; .../ports/<n>/gids/<i> and gid_attrs/types/<i>"),
-    CheckSpec("page-cache-pressure", "node", "free memory vs page cache (unified)",
-              "/proc/meminfo MemFree/MemAvailable/Cached; --gpu-memory-utilization"),
-    CheckSpec("ray-memory-monitor-on", "node", "Ray memory monitor off (unified)",
-              "RAY_memory_monitor_refresh_ms in the container"),
-    CheckSpec("peer-unreachable", "cluster", "peers reachable over the interconnect",
-              "ICMP to every peer's ip; TCP to the Ray GCS from the container; "
-              "`ip route get <peer>` against NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME; "
-              "/sys/class/net/<if>/operstate"),
-    CheckSpec("mtu-mismatch", "cluster", "interconnect MTU equal",
-              "/sys/class/net/<if>/mtu of the interface holding the node's ip; an ICMP echo "
-              "of that MTU with Don't Fragment to every peer"),
-    CheckSpec("version-mismatch", "cluster", "Python/Ray/vLLM/torch/NCCL versions equal",
-              "package metadata (and libnccl.so.2.*) inside the container"),
-    CheckSpec("nccl-env-overwritten", "cluster", "head's NCCL_/UCX_/GLOO_ copied onto workers",
-              "NCCL_*/UCX_*/GLOO_* of every container; $VLLM_CONFIG_ROOT/"
-              "ray_non_carry_over_env_vars.json in the head's container"),
-    CheckSpec("model-incomplete", "cluster", "model shards equal on every node",
-              "model.safetensors.index.json, each shard's size and readability, *.incomplete, "
-              "inside the container"),
-    CheckSpec("clock-skew", "cluster", "clocks within 1 s",
-              "`date +%s.%N` at the start and end of the probe against the SSH round trip"),
-    CheckSpec("port-exposed", "cluster", "Ray/vLLM ports not on 0.0.0.0 or management",
-              "/proc/net/tcp{,6} listeners on the Ray GCS, dashboard, client and vLLM ports; "
-              "--api-key in vllm.args"),
+    CheckSpec(
+        "gpu-not-in-container",
+        "node",
+        "GPUs in the container",
+        "`nvidia-smi -L` on the host and inside the container; `docker info` runtimes",
+    ),
+    CheckSpec(
+        "shm-small",
+        "node",
+        "/dev/shm size",
+        "`docker inspect` HostConfig.IpcMode/ShmSize; statvfs(/dev/shm) in the container",
+    ),
+    CheckSpec(
+        "ulimit-low",
+        "node",
+        "open files / locked memory",
+        "RLIMIT_NOFILE and RLIMIT_MEMLOCK in the container; HostConfig.Privileged/CapAdd",
+    ),
+    CheckSpec(
+        "rdma-not-in-container",
+        "node",
+        "RDMA devices in the container",
+        "/sys/class/infiniband on the host; /dev/infiniband in the container",
+    ),
+    CheckSpec(
+        "roce-port-down",
+        "node",
+        "HCAs of NCCL_IB_HCA active",
+        "NCCL_IB_HCA in the container; /sys/class/infiniband/<dev>/ports/<n>/state; `ibdev2netdev`",
+    ),
+    CheckSpec(
+        "gid-invalid",
+        "node",
+        "NCCL_IB_GID_INDEX is RoCE v2 / IPv4",
+        "NCCL_IB_GID_INDEX; .../ports/<n>/gids/<i> and gid_attrs/types/<i>",
+    ),
+    CheckSpec(
+        "page-cache-pressure",
+        "node",
+        "free memory vs page cache (unified)",
+        "/proc/meminfo MemFree/MemAvailable/Cached; --gpu-memory-utilization",
+    ),
+    CheckSpec(
+        "ray-memory-monitor-on",
+        "node",
+        "Ray memory monitor off (unified)",
+        "RAY_memory_monitor_refresh_ms in the container",
+    ),
+    CheckSpec(
+        "peer-unreachable",
+        "cluster",
+        "peers reachable over the interconnect",
+        "ICMP to every peer's ip; TCP to the Ray GCS from the container; "
+        "`ip route get <peer>` against NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME; "
+        "/sys/class/net/<if>/operstate",
+    ),
+    CheckSpec(
+        "mtu-mismatch",
+        "cluster",
+        "interconnect MTU equal",
+        "/sys/class/net/<if>/mtu of the interface holding the node's ip; an ICMP echo "
+        "of that MTU with Don't Fragment to every peer",
+    ),
+    CheckSpec(
+        "version-mismatch",
+        "cluster",
+        "Python/Ray/vLLM/torch/NCCL versions equal",
+        "package metadata (and libnccl.so.2.*) inside the container",
+    ),
+    CheckSpec(
+        "nccl-env-overwritten",
+        "cluster",
+        "head's NCCL_/UCX_/GLOO_ copied onto workers",
+        "NCCL_*/UCX_*/GLOO_* of every container; $VLLM_CONFIG_ROOT/"
+        "ray_non_carry_over_env_vars.json in the head's container",
+    ),
+    CheckSpec(
+        "model-incomplete",
+        "cluster",
+        "model shards equal on every node",
+        "model.safetensors.index.json, each shard's size and readability, *.incomplete, "
+        "inside the container",
+    ),
+    CheckSpec(
+        "clock-skew",
+        "cluster",
+        "clocks within 1 s",
+        "`date +%s.%N` at the start and end of the probe against the SSH round trip",
+    ),
+    CheckSpec(
+        "port-exposed",
+        "cluster",
+        "Ray/vLLM ports not on 0.0.0.0 or management",
+        "/proc/net/tcp{,6} listeners on the Ray GCS, dashboard, client and vLLM ports; "
+        "--api-key in vllm.args",
+    ),
 )
 CHECK_IDS = tuple(c.id for c in CHECKS)
 
@@ -127,8 +195,16 @@ class Board:
     def value(self, check: str, node: str, value: str) -> None:
         self.cell(check, node).value = value
 
-    def fail(self, check: str, node: str | None, severity: Severity, message: str, fix: str,
-             value: str | None = None, captures: dict[str, str] | None = None) -> Finding:
+    def fail(
+        self,
+        check: str,
+        node: str | None,
+        severity: Severity,
+        message: str,
+        fix: str,
+        value: str | None = None,
+        captures: dict[str, str] | None = None,
+    ) -> Finding:
         f = Finding(check, severity, node, message, fix=fix, captures=dict(captures or {}))
         self.findings.append(f)
         targets = [node] if node else self.nodes
@@ -150,10 +226,21 @@ class Board:
             cells = {}
             for n in self.nodes:
                 c = self.cells[spec.id][n]
-                cells[n] = {"status": c.status, "value": c.value, "note": c.note,
-                            "findings": [index[id(f)] for f in c.findings if id(f) in index]}
-            rows.append({"check": spec.id, "scope": spec.scope, "title": spec.title,
-                         "odd_one_out": self.odd.get(spec.id) or None, "cells": cells})
+                cells[n] = {
+                    "status": c.status,
+                    "value": c.value,
+                    "note": c.note,
+                    "findings": [index[id(f)] for f in c.findings if id(f) in index],
+                }
+            rows.append(
+                {
+                    "check": spec.id,
+                    "scope": spec.scope,
+                    "title": spec.title,
+                    "odd_one_out": self.odd.get(spec.id) or None,
+                    "cells": cells,
+                }
+            )
         return {"nodes": list(self.nodes), "rows": rows}
 
 
@@ -173,8 +260,12 @@ class _Node:
 
     @property
     def probed(self) -> bool:
-        return self.st is not None and self.st.reachable and self.x is not None \
+        return (
+            self.st is not None
+            and self.st.reachable
+            and self.x is not None
             and self.x.error is None
+        )
 
     @property
     def running(self) -> bool:
@@ -221,7 +312,7 @@ class _Node:
 def _size(n: float | None) -> str:
     if n is None:
         return "?"
-    for unit, div in (("GiB", GIB), ("MiB", 1024 ** 2), ("KiB", 1024)):
+    for unit, div in (("GiB", GIB), ("MiB", 1024**2), ("KiB", 1024)):
         if n >= div:
             v = n / div
             return f"{v:.0f} {unit}" if v >= 10 or v == int(v) else f"{v:.1f} {unit}"
@@ -276,8 +367,7 @@ def _hca_entries(spec: str) -> tuple[str, list[tuple[str, int | None]]]:
     return mode, out
 
 
-def fabric_checks(cfg: Config, snap: ClusterSnapshot,
-                  extras: dict[str, NodeExtras]) -> Board:
+def fabric_checks(cfg: Config, snap: ClusterSnapshot, extras: dict[str, NodeExtras]) -> Board:
     """Every check of `CHECKS` on every node."""
     nodes = [_Node(n, snap.node(n.name), extras.get(n.name)) for n in cfg.nodes]
     board = Board([n.name for n in nodes])
@@ -308,6 +398,7 @@ def fabric_checks(cfg: Config, snap: ClusterSnapshot,
 
 # --- per node ---------------------------------------------------------------------------
 
+
 def _gpu(board: Board, n: _Node) -> None:
     k = "gpu-not-in-container"
     assert n.x is not None
@@ -324,15 +415,23 @@ def _gpu(board: Board, n: _Node) -> None:
         return board.ok(k, n.name, value)
     why = f" ({g['error']})" if g.get("error") else ""
     rt = n.x.runtimes
-    runtime = "" if "nvidia" in rt or not rt else \
-        f"; docker on {n.name} has no nvidia runtime (runtimes: {', '.join(rt)})"
-    board.fail(k, n.name, "error",
-               f"container {n.container} on {n.name} sees {seen} of the host's {host} "
-               f"GPU(s){why}{runtime}",
-               fix="Start the container with --gpus all in container.run_args (with "
-                   "nvidia-container-toolkit installed: nvidia-ctk runtime configure "
-                   "--runtime=docker, then restart docker), then sparktui restart.",
-               value=value, captures={"host_gpus": str(host), "container_gpus": str(seen)})
+    runtime = (
+        ""
+        if "nvidia" in rt or not rt
+        else f"; docker on {n.name} has no nvidia runtime (runtimes: {', '.join(rt)})"
+    )
+    board.fail(
+        k,
+        n.name,
+        "error",
+        f"container {n.container} on {n.name} sees {seen} of the host's {host} "
+        f"GPU(s){why}{runtime}",
+        fix="Start the container with --gpus all in container.run_args (with "
+        "nvidia-container-toolkit installed: nvidia-ctk runtime configure "
+        "--runtime=docker, then restart docker), then sparktui restart.",
+        value=value,
+        captures={"host_gpus": str(host), "container_gpus": str(seen)},
+    )
 
 
 def _shm(board: Board, n: _Node) -> None:
@@ -348,11 +447,15 @@ def _shm(board: Board, n: _Node) -> None:
     size = ic.get("shm_bytes") or hc.get("ShmSize")
     if isinstance(size, int) and size < SHM_MIN:
         board.fail(
-            k, n.name, "error",
+            k,
+            n.name,
+            "error",
             f"/dev/shm in container {n.container} on {n.name} is {_size(size)} (IpcMode "
             f"{ipc or '?'}): NCCL and vLLM's shared-memory buffers need more (SIGBUS)",
-            fix="Add --ipc host (or --shm-size 16g) to container.run_args, then sparktui "
-                "restart.", value=_size(size), captures={"shm_bytes": str(size)})
+            fix="Add --ipc host (or --shm-size 16g) to container.run_args, then sparktui restart.",
+            value=_size(size),
+            captures={"shm_bytes": str(size)},
+        )
         return
     board.ok(k, n.name, _size(size) if isinstance(size, int) else None)
 
@@ -370,33 +473,47 @@ def _ulimit(board: Board, n: _Node) -> None:
     nofile = (ic.get("nofile") or [None])[0]
     memlock = (ic.get("memlock") or [None])[0]
     n_txt = _limit(nofile) if isinstance(nofile, int) else "?"
-    l_txt = "?" if not isinstance(memlock, int) else \
-        _limit(memlock) if memlock < 0 else f"{memlock // 1024}K"
+    l_txt = (
+        "?"
+        if not isinstance(memlock, int)
+        else _limit(memlock)
+        if memlock < 0
+        else f"{memlock // 1024}K"
+    )
     value = f"-n {n_txt} -l {l_txt}"
     bad = False
     if isinstance(nofile, int) and 0 <= nofile < NOFILE_MIN:
         bad = True
-        board.fail(k, n.name, "warning",
-                   f"ulimit -n is {nofile} in container {n.container} on {n.name} (below "
-                   f"{NOFILE_MIN}): loading a sharded model can fail with 'Too many open files'",
-                   fix="Add --ulimit nofile=1048576:1048576 to container.run_args, then "
-                       "sparktui restart (docker cannot go above its own hard limit: "
-                       "LimitNOFILE in docker.service).", value=value,
-                   captures={"nofile": str(nofile)})
+        board.fail(
+            k,
+            n.name,
+            "warning",
+            f"ulimit -n is {nofile} in container {n.container} on {n.name} (below "
+            f"{NOFILE_MIN}): loading a sharded model can fail with 'Too many open files'",
+            fix="Add --ulimit nofile=1048576:1048576 to container.run_args, then "
+            "sparktui restart (docker cannot go above its own hard limit: "
+            "LimitNOFILE in docker.service).",
+            value=value,
+            captures={"nofile": str(nofile)},
+        )
     assert n.x is not None
     hc = n.x.hostconfig or {}
     caps = hc.get("CapAdd") or []
-    locked_ok = bool(hc.get("Privileged")) or any(str(c).upper().endswith("IPC_LOCK")
-                                                  for c in caps)
+    locked_ok = bool(hc.get("Privileged")) or any(str(c).upper().endswith("IPC_LOCK") for c in caps)
     if _rdma_used(n) and isinstance(memlock, int) and memlock >= 0 and not locked_ok:
         bad = True
-        board.fail(k, n.name, "error",
-                   f"ulimit -l is {memlock // 1024} KiB in container {n.container} on "
-                   f"{n.name}, which uses RDMA: registering NCCL's buffers needs unlimited "
-                   f"locked memory",
-                   fix="Add --ulimit memlock=-1:-1 (or --cap-add IPC_LOCK) to "
-                       "container.run_args, then sparktui restart.", value=value,
-                   captures={"memlock_kib": str(memlock // 1024)})
+        board.fail(
+            k,
+            n.name,
+            "error",
+            f"ulimit -l is {memlock // 1024} KiB in container {n.container} on "
+            f"{n.name}, which uses RDMA: registering NCCL's buffers needs unlimited "
+            f"locked memory",
+            fix="Add --ulimit memlock=-1:-1 (or --cap-add IPC_LOCK) to "
+            "container.run_args, then sparktui restart.",
+            value=value,
+            captures={"memlock_kib": str(memlock // 1024)},
+        )
     if not bad:
         board.ok(k, n.name, value)
 
@@ -416,13 +533,18 @@ def _rdma(board: Board, n: _Node) -> None:
     if inside and any(str(d).startswith("uverbs") for d in inside):
         return board.ok(k, n.name, f"{len(inside)} in /dev/infiniband")
     sev: Severity = "error" if n.env.get("NCCL_IB_HCA") else "warning"
-    board.fail(k, n.name, sev,
-               f"{n.name} has RDMA devices ({', '.join(devs)}) but container {n.container} "
-               f"has {'no /dev/infiniband' if inside is None else 'no uverbs device in /dev/infiniband'}"
-               f": NCCL falls back to TCP sockets (NET/Socket)",
-               fix="Add --device /dev/infiniband (or --privileged) and --ulimit memlock=-1:-1 "
-                   "to container.run_args, then sparktui restart.",
-               value="missing", captures={"devices": ",".join(devs)})
+    board.fail(
+        k,
+        n.name,
+        sev,
+        f"{n.name} has RDMA devices ({', '.join(devs)}) but container {n.container} "
+        f"has {'no /dev/infiniband' if inside is None else 'no uverbs device in /dev/infiniband'}"
+        f": NCCL falls back to TCP sockets (NET/Socket)",
+        fix="Add --device /dev/infiniband (or --privileged) and --ulimit memlock=-1:-1 "
+        "to container.run_args, then sparktui restart.",
+        value="missing",
+        captures={"devices": ",".join(devs)},
+    )
 
 
 def _roce(board: Board, n: _Node) -> None:
@@ -433,8 +555,9 @@ def _roce(board: Board, n: _Node) -> None:
         return board.na(k, n.name, "no RDMA devices on the host")
     spec = n.env.get("NCCL_IB_HCA")
     up_netdevs = {(link.device, link.port) for link in n.x.ibdev2netdev if link.up}
-    active = [p for p in ports if p.active
-              and (not n.x.ibdev2netdev or (p.device, p.port) in up_netdevs)]
+    active = [
+        p for p in ports if p.active and (not n.x.ibdev2netdev or (p.device, p.port) in up_netdevs)
+    ]
     if not spec:
         return board.na(k, n.name, "NCCL_IB_HCA not set (NCCL uses every active HCA)")
     mode, entries = _hca_entries(spec)
@@ -443,42 +566,59 @@ def _roce(board: Board, n: _Node) -> None:
     listed = []
     bad = False
     for dev, port in entries:
-        match = [p for p in ports if (p.device == dev if mode == "=" else p.device.startswith(dev))
-                 and (port is None or p.port == port)]
+        match = [
+            p
+            for p in ports
+            if (p.device == dev if mode == "=" else p.device.startswith(dev))
+            and (port is None or p.port == port)
+        ]
         if not match:
             bad = True
-            board.fail(k, n.name, "error",
-                       f"NCCL_IB_HCA={spec} on {n.name} names {dev}{f':{port}' if port else ''}, "
-                       f"which {n.name} does not have (it has: "
-                       f"{', '.join(sorted({p.device for p in ports}))})",
-                       fix=f"Set NCCL_IB_HCA to {n.name}'s active HCAs (ibdev2netdev lists "
-                           f"them) in the container's env, then sparktui restart.",
-                       value=f"{dev} missing", captures={"hca": dev})
+            board.fail(
+                k,
+                n.name,
+                "error",
+                f"NCCL_IB_HCA={spec} on {n.name} names {dev}{f':{port}' if port else ''}, "
+                f"which {n.name} does not have (it has: "
+                f"{', '.join(sorted({p.device for p in ports}))})",
+                fix=f"Set NCCL_IB_HCA to {n.name}'s active HCAs (ibdev2netdev lists "
+                f"them) in the container's env, then sparktui restart.",
+                value=f"{dev} missing",
+                captures={"hca": dev},
+            )
             continue
         listed += match
         down = [p for p in match if not p.active]
         if len(down) == len(match):
             bad = True
             p = down[0]
-            board.fail(k, n.name, "error",
-                       f"{p.device} port {p.port} (in NCCL_IB_HCA on {n.name}) is "
-                       f"{p.state or 'not ACTIVE'}",
-                       fix=f"Check the cable and link of {p.device} on {n.name} (ibdev2netdev, "
-                           f"ip link); NCCL hangs or falls back to sockets while it is down.",
-                       value=f"{p.device} {p.state}",
-                       captures={"hca": p.device, "state": p.state})
+            board.fail(
+                k,
+                n.name,
+                "error",
+                f"{p.device} port {p.port} (in NCCL_IB_HCA on {n.name}) is "
+                f"{p.state or 'not ACTIVE'}",
+                fix=f"Check the cable and link of {p.device} on {n.name} (ibdev2netdev, "
+                f"ip link); NCCL hangs or falls back to sockets while it is down.",
+                value=f"{p.device} {p.state}",
+                captures={"hca": p.device, "state": p.state},
+            )
     unused = [p for p in active if p not in listed and p.link_layer.lower() == "ethernet"]
     if not bad and unused and mode != "^":
         bad = True
         names = ", ".join(f"{p.device}:{p.port}" for p in unused)
-        board.fail(k, n.name, "warning",
-                   f"{n.name}: {names} also Up but not in NCCL_IB_HCA={spec}: only "
-                   f"{len(listed)} of {len(listed) + len(unused)} active RoCE port(s) carry "
-                   f"NCCL traffic (half the bandwidth of a dual-port link)",
-                   fix=f"List every active half: NCCL_IB_HCA="
-                       f"{','.join(sorted({p.device for p in listed + unused}))} in the "
-                       f"container's env, then sparktui restart.",
-                   value=f"{len(listed)}/{len(listed) + len(unused)} used")
+        board.fail(
+            k,
+            n.name,
+            "warning",
+            f"{n.name}: {names} also Up but not in NCCL_IB_HCA={spec}: only "
+            f"{len(listed)} of {len(listed) + len(unused)} active RoCE port(s) carry "
+            f"NCCL traffic (half the bandwidth of a dual-port link)",
+            fix=f"List every active half: NCCL_IB_HCA="
+            f"{','.join(sorted({p.device for p in listed + unused}))} in the "
+            f"container's env, then sparktui restart.",
+            value=f"{len(listed)}/{len(listed) + len(unused)} used",
+        )
     if not bad:
         board.ok(k, n.name, ",".join(f"{p.device}:{p.port}" for p in listed) or None)
 
@@ -495,37 +635,58 @@ def _gid(board: Board, n: _Node) -> None:
     try:
         idx = int(raw or "0")
     except ValueError:
-        board.fail(k, n.name, "error",
-                   f"NCCL_IB_GID_INDEX={raw!r} on {n.name} is not a number",
-                   fix="Set NCCL_IB_GID_INDEX to the index of the RoCE v2 IPv4 GID "
-                       "(see fix of gid-invalid), or unset it.", value=raw)
+        board.fail(
+            k,
+            n.name,
+            "error",
+            f"NCCL_IB_GID_INDEX={raw!r} on {n.name} is not a number",
+            fix="Set NCCL_IB_GID_INDEX to the index of the RoCE v2 IPv4 GID "
+            "(see fix of gid-invalid), or unset it.",
+            value=raw,
+        )
         return
     spec = n.env.get("NCCL_IB_HCA", "")
     used = ports
     if spec and not spec.startswith("^"):
         mode, entries = _hca_entries(spec)
-        used = [p for p in ports if any((p.device == d if mode == "=" else p.device.startswith(d))
-                                        and (pt is None or p.port == pt) for d, pt in entries)]
+        used = [
+            p
+            for p in ports
+            if any(
+                (p.device == d if mode == "=" else p.device.startswith(d))
+                and (pt is None or p.port == pt)
+                for d, pt in entries
+            )
+        ]
     used = [p for p in used if p.active] or used
     bad = False
     for p in used:
         g = p.gids.get(idx)
         good = sorted(i for i, x in p.gids.items() if x.type == "RoCE v2" and x.ipv4)
-        hint = f"; the RoCE v2 IPv4 GID of {p.device} is at index {good[0]}" if good else \
-            f"; {p.device} has no RoCE v2 IPv4 GID (is an IPv4 address on its netdev?)"
+        hint = (
+            f"; the RoCE v2 IPv4 GID of {p.device} is at index {good[0]}"
+            if good
+            else f"; {p.device} has no RoCE v2 IPv4 GID (is an IPv4 address on its netdev?)"
+        )
         shown = "empty" if g is None or g.empty else f"{g.gid} ({g.type})"
         if g is None or g.empty or g.type != "RoCE v2" or g.ipv4 is None:
             bad = True
             shown_raw = raw if raw else '"" (empty, read as 0)'
-            board.fail(k, n.name, "error",
-                       f"NCCL_IB_GID_INDEX={shown_raw} on {n.name}: GID {idx} of "
-                       f"{p.device} port {p.port} is {shown}, not a RoCE v2 IPv4 GID{hint}",
-                       fix=(f"Set NCCL_IB_GID_INDEX={good[0]} on {n.name} (or unset it and let "
-                            f"NCCL choose), then sparktui restart." if good else
-                            f"Give {p.device}'s netdev its IPv4 address, or unset "
-                            f"NCCL_IB_GID_INDEX."),
-                       value=f"{idx}: {shown}",
-                       captures={"hca": p.device, "gid_index": str(idx)})
+            board.fail(
+                k,
+                n.name,
+                "error",
+                f"NCCL_IB_GID_INDEX={shown_raw} on {n.name}: GID {idx} of "
+                f"{p.device} port {p.port} is {shown}, not a RoCE v2 IPv4 GID{hint}",
+                fix=(
+                    f"Set NCCL_IB_GID_INDEX={good[0]} on {n.name} (or unset it and let "
+                    f"NCCL choose), then sparktui restart."
+                    if good
+                    else f"Give {p.device}'s netdev its IPv4 address, or unset NCCL_IB_GID_INDEX."
+                ),
+                value=f"{idx}: {shown}",
+                captures={"hca": p.device, "gid_index": str(idx)},
+            )
     if not bad:
         board.ok(k, n.name, f"{idx}: RoCE v2")
 
@@ -547,16 +708,20 @@ def _page_cache(board: Board, n: _Node, cfg: Config, serving: bool) -> None:
     if free < need <= avail:
         cached = m.get("Cached", 0) + m.get("Buffers", 0)
         board.fail(
-            k, n.name, "warning",
+            k,
+            n.name,
+            "warning",
             f"{n.name}: MemFree {_size(free * 1024)} is below {util:g} x total = "
             f"{_size(need * 1024)} while MemAvailable is {_size(avail * 1024)}: the page cache "
             f"({_size(cached * 1024)}) holds the difference, and on unified memory vLLM counts "
             f"only free memory (weight loading dies part way)",
             fix=f"Drop the page cache on {n.name}: sudo sh -c 'sync; echo 3 > "
-                f"/proc/sys/vm/drop_caches' (without root: posix_fadvise(POSIX_FADV_DONTNEED) "
-                f"on the files that fill it, e.g. the model's), or lower "
-                f"--gpu-memory-utilization.",
-            value=value, captures={"memfree_kib": str(free), "memavailable_kib": str(avail)})
+            f"/proc/sys/vm/drop_caches' (without root: posix_fadvise(POSIX_FADV_DONTNEED) "
+            f"on the files that fill it, e.g. the model's), or lower "
+            f"--gpu-memory-utilization.",
+            value=value,
+            captures={"memfree_kib": str(free), "memavailable_kib": str(avail)},
+        )
         return
     board.ok(k, n.name, value)
 
@@ -570,15 +735,20 @@ def _memory_monitor(board: Board, n: _Node) -> None:
     v = n.env.get("RAY_memory_monitor_refresh_ms")
     if v is not None and v.strip() == "0":
         return board.ok(k, n.name, "0")
-    board.fail(k, n.name, "warning",
-               f"RAY_memory_monitor_refresh_ms is {v if v is not None else 'unset (Ray default 250)'}"
-               f" in container {n.container} on {n.name}: on unified memory Ray counts the "
-               f"GPU's memory as its workers' and kills them at 95 %",
-               fix="Set RAY_memory_monitor_refresh_ms: '0' in container.env, then sparktui "
-                   "restart.", value=v if v is not None else "unset")
+    board.fail(
+        k,
+        n.name,
+        "warning",
+        f"RAY_memory_monitor_refresh_ms is {v if v is not None else 'unset (Ray default 250)'}"
+        f" in container {n.container} on {n.name}: on unified memory Ray counts the "
+        f"GPU's memory as its workers' and kills them at 95 %",
+        fix="Set RAY_memory_monitor_refresh_ms: '0' in container.env, then sparktui restart.",
+        value=v if v is not None else "unset",
+    )
 
 
 # --- across nodes -----------------------------------------------------------------------
+
 
 def _peer_result(n: _Node, ip: str) -> dict[str, Any] | None:
     assert n.x is not None
@@ -598,12 +768,17 @@ def _peers(board: Board, cfg: Config, nodes: list[_Node], ray: bool = True) -> N
         if nd is not None and not nd.link_up:
             down.add(n.name)
             state = nd.operstate + ("" if nd.carrier is not False else ", no carrier")
-            board.fail(k, n.name, "error",
-                       f"the interconnect {dev} ({n.cfg.ip}) on {n.name} has no link "
-                       f"({state}): no peer can reach {n.name}",
-                       fix=f"Check the cable and the link of {dev} on {n.name} "
-                           f"(ip link show {dev}; ethtool {dev}).",
-                       value=f"{dev} {nd.operstate}", captures={"interface": str(dev)})
+            board.fail(
+                k,
+                n.name,
+                "error",
+                f"the interconnect {dev} ({n.cfg.ip}) on {n.name} has no link "
+                f"({state}): no peer can reach {n.name}",
+                fix=f"Check the cable and the link of {dev} on {n.name} "
+                f"(ip link show {dev}; ethtool {dev}).",
+                value=f"{dev} {nd.operstate}",
+                captures={"interface": str(dev)},
+            )
     unreachable_to: Counter[str] = Counter()
     for n in nodes:
         if n.x is None or n.x.net is None:
@@ -635,32 +810,46 @@ def _peers(board: Board, cfg: Config, nodes: list[_Node], ray: bool = True) -> N
                     routes.append((m, dev, var, spec))
                     break
         if problems:
-            board.fail(k, n.name, "error",
-                       f"{n.name} cannot reach " + "; ".join(problems) + " over ICMP",
-                       fix=f"Check the interconnect between {n.name} and its peers (addresses, "
-                           f"subnet, link, firewall): ping from {n.name}.",
-                       value="no reply")
+            board.fail(
+                k,
+                n.name,
+                "error",
+                f"{n.name} cannot reach " + "; ".join(problems) + " over ICMP",
+                fix=f"Check the interconnect between {n.name} and its peers (addresses, "
+                f"subnet, link, firewall): ping from {n.name}.",
+                value="no reply",
+            )
         for m, dev, var, spec in routes:
-            board.fail(k, n.name, "error",
-                       f"from {n.name}, {m.name}'s ip {m.ip} is routed through {dev}, not "
-                       f"{var}={spec}: NCCL/Gloo bind one interface, the kernel sends through "
-                       f"another",
-                       fix=f"Give {n.name}'s interconnect an address on {m.ip}'s subnet (or "
-                           f"fix {var} in container.env), then sparktui restart.",
-                       value=f"via {dev}", captures={"peer": m.name, "interface": dev})
+            board.fail(
+                k,
+                n.name,
+                "error",
+                f"from {n.name}, {m.name}'s ip {m.ip} is routed through {dev}, not "
+                f"{var}={spec}: NCCL/Gloo bind one interface, the kernel sends through "
+                f"another",
+                fix=f"Give {n.name}'s interconnect an address on {m.ip}'s subnet (or "
+                f"fix {var} in container.env), then sparktui restart.",
+                value=f"via {dev}",
+                captures={"peer": m.name, "interface": dev},
+            )
         ic = n.ic
         gcs = ic.get("gcs") if ic else None
         head_down = cfg.head.name in down
         if ray and isinstance(gcs, dict) and not gcs.get("ok") and not head_down:
-            board.fail(k, n.name, "error",
-                       f"container {n.container} on {n.name} cannot connect to the Ray GCS at "
-                       f"{gcs.get('addr')} ({gcs.get('error')})",
-                       fix=f"Start Ray on {cfg.head.name} (sparktui restart) and let port "
-                           f"{cfg.ray.port} through any firewall on the interconnect.",
-                       value="GCS closed")
+            board.fail(
+                k,
+                n.name,
+                "error",
+                f"container {n.container} on {n.name} cannot connect to the Ray GCS at "
+                f"{gcs.get('addr')} ({gcs.get('error')})",
+                fix=f"Start Ray on {cfg.head.name} (sparktui restart) and let port "
+                f"{cfg.ray.port} through any firewall on the interconnect.",
+                value="GCS closed",
+            )
         board.ok(k, n.name, "ok", note=note)
-    odd = sorted(down) or [m for m, c in unreachable_to.items()
-                           if c >= max(1, len(by_name) - 1) and len(by_name) > 2]
+    odd = sorted(down) or [
+        m for m, c in unreachable_to.items() if c >= max(1, len(by_name) - 1) and len(by_name) > 2
+    ]
     if odd:
         board.odd[k] = odd
 
@@ -689,16 +878,27 @@ def _mtu(board: Board, cfg: Config, nodes: list[_Node]) -> None:
             r = _peer_result(by_name[other], by_name[name].cfg.ip or "")
             if r is not None and r.get("icmp") is True and r.get("df") is not True:
                 df_fail.append(other)
-        dfs = (f"; a {others[df_fail[0]]}-byte ping with Don't Fragment from "
-               f"{', '.join(df_fail)} gets no reply") if df_fail else ""
-        board.fail(k, name, "error",
-                   f"{devs[name]} on {name} has MTU {mtus[name]}, "
-                   + ", ".join(f"{m} {v}" for m, v in others.items()) + dfs
-                   + ": RoCE/NCCL traffic stalls (IBV_WC_RETRY_EXC_ERR) or hangs",
-                   fix=f"ip link set dev {devs[name]} mtu {ref} on {name}, and make it "
-                       f"persistent (netplan / NetworkManager), on every node the same.",
-                   value=str(mtus[name]),
-                   captures={"mtu": str(mtus[name]), "expected_mtu": str(ref)})
+        dfs = (
+            (
+                f"; a {others[df_fail[0]]}-byte ping with Don't Fragment from "
+                f"{', '.join(df_fail)} gets no reply"
+            )
+            if df_fail
+            else ""
+        )
+        board.fail(
+            k,
+            name,
+            "error",
+            f"{devs[name]} on {name} has MTU {mtus[name]}, "
+            + ", ".join(f"{m} {v}" for m, v in others.items())
+            + dfs
+            + ": RoCE/NCCL traffic stalls (IBV_WC_RETRY_EXC_ERR) or hangs",
+            fix=f"ip link set dev {devs[name]} mtu {ref} on {name}, and make it "
+            f"persistent (netplan / NetworkManager), on every node the same.",
+            value=str(mtus[name]),
+            captures={"mtu": str(mtus[name]), "expected_mtu": str(ref)},
+        )
     # Equal MTUs, but a DF echo of that size does not pass: the path (switch) carries less.
     for n in nodes:
         if n.name in odd or n.name not in mtus:
@@ -709,16 +909,25 @@ def _mtu(board: Board, cfg: Config, nodes: list[_Node]) -> None:
                 continue
             r = _peer_result(n, m.ip)
             df = r.get("df") if r is not None else None
-            if r is not None and r.get("icmp") is True and df not in (True, None) \
-                    and not str(df).startswith("unavailable"):
+            if (
+                r is not None
+                and r.get("icmp") is True
+                and df not in (True, None)
+                and not str(df).startswith("unavailable")
+            ):
                 bad.append(f"{m.name} ({df})")
         if bad:
-            board.fail(k, n.name, "error",
-                       f"from {n.name}, an ICMP echo of the full MTU {mtus[n.name]} with Don't "
-                       f"Fragment does not reach " + ", ".join(bad)
-                       + ": something on the path carries a smaller MTU",
-                       fix="Set the same MTU on every NIC and switch port of the interconnect.",
-                       value=str(mtus[n.name]))
+            board.fail(
+                k,
+                n.name,
+                "error",
+                f"from {n.name}, an ICMP echo of the full MTU {mtus[n.name]} with Don't "
+                f"Fragment does not reach "
+                + ", ".join(bad)
+                + ": something on the path carries a smaller MTU",
+                fix="Set the same MTU on every NIC and switch port of the interconnect.",
+                value=str(mtus[n.name]),
+            )
         else:
             board.ok(k, n.name, str(mtus[n.name]))
 
@@ -739,15 +948,22 @@ def _versions(board: Board, cfg: Config, nodes: list[_Node]) -> None:
         vals = {name: v[comp] for name, v in vers.items()}
         for name in _odd_by_majority(vals, cfg.head.name):
             ref = Counter(x for m, x in vals.items() if m != name).most_common(1)[0][0]
-            bad.setdefault(name, []).append(f"{comp} {vals[name] or 'none'} (others {ref or 'none'})")
+            bad.setdefault(name, []).append(
+                f"{comp} {vals[name] or 'none'} (others {ref or 'none'})"
+            )
     board.odd[k] = sorted(bad)
     for name, what in bad.items():
-        board.fail(k, name, "error",
-                   f"container on {name} has " + ", ".join(what)
-                   + ": Ray and vLLM need the same versions on every node",
-                   fix="Run the same image on every node and do not pip-install into running "
-                       "containers; then sparktui restart.",
-                   value="; ".join(what))
+        board.fail(
+            k,
+            name,
+            "error",
+            f"container on {name} has "
+            + ", ".join(what)
+            + ": Ray and vLLM need the same versions on every node",
+            fix="Run the same image on every node and do not pip-install into running "
+            "containers; then sparktui restart.",
+            value="; ".join(what),
+        )
     for name in vers:
         if name not in bad:
             board.ok(k, name)
@@ -788,23 +1004,34 @@ def _carry_over(board: Board, cfg: Config, nodes: list[_Node]) -> None:
             board.na(k, n.name, n.why_not())
             continue
         wenv = _carry(n.env)
-        diffs = [(name, v, wenv.get(name)) for name, v in sorted(henv.items())
-                 if name not in keep and wenv.get(name) != v]
+        diffs = [
+            (name, v, wenv.get(name))
+            for name, v in sorted(henv.items())
+            if name not in keep and wenv.get(name) != v
+        ]
         if not diffs:
             board.ok(k, n.name, "same as head")
             continue
         odd.append(n.name)
         net = any(name in NET_VARS for name, _, _ in diffs)
-        what = "; ".join(f"{name}: head {hv!r}, {n.name} {wv!r}" if wv is not None
-                         else f"{name}: head {hv!r}, {n.name} unset" for name, hv, wv in diffs)
-        board.fail(k, n.name, "error" if net else "warning",
-                   f"vLLM's Ray executor copies the head's values over {n.name}'s own: {what}",
-                   fix=f"Add {', '.join(d[0] for d in diffs)} to {NON_CARRY_FILE} in "
-                       f"$VLLM_CONFIG_ROOT (default ~/.config/vllm/) in the head's container "
-                       f"(sparktui restart writes it when per-node values differ), or give "
-                       f"every node the same values.",
-                   value=", ".join(d[0] for d in diffs),
-                   captures={name: f"{hv} -> {wv}" for name, hv, wv in diffs})
+        what = "; ".join(
+            f"{name}: head {hv!r}, {n.name} {wv!r}"
+            if wv is not None
+            else f"{name}: head {hv!r}, {n.name} unset"
+            for name, hv, wv in diffs
+        )
+        board.fail(
+            k,
+            n.name,
+            "error" if net else "warning",
+            f"vLLM's Ray executor copies the head's values over {n.name}'s own: {what}",
+            fix=f"Add {', '.join(d[0] for d in diffs)} to {NON_CARRY_FILE} in "
+            f"$VLLM_CONFIG_ROOT (default ~/.config/vllm/) in the head's container "
+            f"(sparktui restart writes it when per-node values differ), or give "
+            f"every node the same values.",
+            value=", ".join(d[0] for d in diffs),
+            captures={name: f"{hv} -> {wv}" for name, hv, wv in diffs},
+        )
     board.odd[k] = odd
 
 
@@ -826,10 +1053,13 @@ def _model(board: Board, cfg: Config, nodes: list[_Node]) -> None:
             board.na(k, n.name, "model path missing (see model-path-missing)")
         else:
             info[n.name] = m
-    names = sorted({f for m in info.values() for f in (m.get("files") or {})}
-                   | {f for m in info.values() for f in (m.get("missing") or [])})
+    names = sorted(
+        {f for m in info.values() for f in (m.get("files") or {})}
+        | {f for m in info.values() for f in (m.get("missing") or [])}
+    )
     sizes: dict[str, dict[str, int | None]] = {
-        f: {n: (m.get("files") or {}).get(f) for n, m in info.items()} for f in names}
+        f: {n: (m.get("files") or {}).get(f) for n, m in info.items()} for f in names
+    }
     odd: set[str] = set()
     for name, m in info.items():
         problems = []
@@ -839,13 +1069,16 @@ def _model(board: Board, cfg: Config, nodes: list[_Node]) -> None:
                 problems.append(f"{f} missing")
                 continue
             others = [v for n2, v in sizes[f].items() if n2 != name and v is not None]
-            odd_nodes = _odd_by_majority({n2: v for n2, v in sizes[f].items() if v is not None},
-                                         cfg.head.name)
+            odd_nodes = _odd_by_majority(
+                {n2: v for n2, v in sizes[f].items() if v is not None}, cfg.head.name
+            )
             if name in odd_nodes and others:
                 ref = Counter(others).most_common(1)[0][0]
                 problems.append(f"{f} is {files[f]:,} bytes ({ref:,} elsewhere)")
-        problems += [f"{f} unreadable as uid {(nodes_ic(nodes, name) or {}).get('uid')}"
-                     for f in m.get("unreadable") or []]
+        problems += [
+            f"{f} unreadable as uid {(nodes_ic(nodes, name) or {}).get('uid')}"
+            for f in m.get("unreadable") or []
+        ]
         problems += [f"{f} (an unfinished download)" for f in (m.get("incomplete") or [])[:5]]
         if m.get("index") is False:
             problems.append(f"model.safetensors.index.json unreadable: {m.get('index_error')}")
@@ -853,12 +1086,17 @@ def _model(board: Board, cfg: Config, nodes: list[_Node]) -> None:
             problems.append("no *.safetensors files")
         if problems:
             odd.add(name)
-            board.fail(k, name, "error",
-                       f"model {path} on {name}: " + "; ".join(problems[:6])
-                       + (f" (+{len(problems) - 6} more)" if len(problems) > 6 else ""),
-                       fix=f"Copy the model to {path} on {name} again from a complete node "
-                           f"(rsync -a --checksum), readable by the container's user.",
-                       value=f"{len(problems)} problem(s)")
+            board.fail(
+                k,
+                name,
+                "error",
+                f"model {path} on {name}: "
+                + "; ".join(problems[:6])
+                + (f" (+{len(problems) - 6} more)" if len(problems) > 6 else ""),
+                fix=f"Copy the model to {path} on {name} again from a complete node "
+                f"(rsync -a --checksum), readable by the container's user.",
+                value=f"{len(problems)} problem(s)",
+            )
         else:
             board.ok(k, name, f"{len(files)} file(s)")
     board.odd[k] = sorted(odd) if len(odd) < len(info) else []
@@ -909,12 +1147,17 @@ def _clock(board: Board, cfg: Config, nodes: list[_Node]) -> None:
         if name != ref_name and abs(skew) > CLOCK_SKEW_MAX + unc + ref_unc:
             odd.append(name)
             against = f"{ref_name}'s" if ref_name else "the others'"
-            board.fail(k, name, "warning",
-                       f"{name}'s clock is {skew:+.1f} s off {against} (± {unc + ref_unc:.2f} s): "
-                       f"PyTorch/NCCL timeouts misfire and merged logs are out of order",
-                       fix=f"Sync the clocks (timedatectl set-ntp true; check "
-                           f"`timedatectl show -p NTPSynchronized` on {name}).",
-                       value=value, captures={"skew_s": f"{skew:.3f}"})
+            board.fail(
+                k,
+                name,
+                "warning",
+                f"{name}'s clock is {skew:+.1f} s off {against} (± {unc + ref_unc:.2f} s): "
+                f"PyTorch/NCCL timeouts misfire and merged logs are out of order",
+                fix=f"Sync the clocks (timedatectl set-ntp true; check "
+                f"`timedatectl show -p NTPSynchronized` on {name}).",
+                value=value,
+                captures={"skew_s": f"{skew:.3f}"},
+            )
         else:
             board.ok(k, name, value)
     board.odd[k] = odd
@@ -924,8 +1167,12 @@ def _ports(board: Board, cfg: Config, nodes: list[_Node]) -> None:
     import ipaddress
 
     k = "port-exposed"
-    named = {cfg.ray.port: "Ray GCS", cfg.ray.dashboard_port: "Ray dashboard",
-             RAY_CLIENT_PORT: "Ray client", cfg.vllm.port: "vLLM API"}
+    named = {
+        cfg.ray.port: "Ray GCS",
+        cfg.ray.dashboard_port: "Ray dashboard",
+        RAY_CLIENT_PORT: "Ray client",
+        cfg.vllm.port: "vLLM API",
+    }
     api_key = any(a == "--api-key" or a.startswith("--api-key=") for a in cfg.vllm.args)
     for n in nodes:
         assert n.x is not None
@@ -949,30 +1196,43 @@ def _ports(board: Board, cfg: Config, nodes: list[_Node]) -> None:
             shown = f"{lst.port} on {'*' if lst.wildcard else lst.address}"
             exposed.append(shown)
             if lst.port == cfg.ray.port:
-                board.fail(k, n.name, "info",
-                           f"{n.name}: {what} port {lst.port} listens on {where} (Ray's GCS has "
-                           f"no bind address of its own); Ray has no authentication",
-                           fix=f"Firewall port {lst.port} on {n.name} to the interconnect subnet "
-                               f"(e.g. ufw allow from <interconnect subnet> to any port "
-                               f"{lst.port}; ufw deny {lst.port}).",
-                           captures={"port": str(lst.port), "address": lst.address})
+                board.fail(
+                    k,
+                    n.name,
+                    "info",
+                    f"{n.name}: {what} port {lst.port} listens on {where} (Ray's GCS has "
+                    f"no bind address of its own); Ray has no authentication",
+                    fix=f"Firewall port {lst.port} on {n.name} to the interconnect subnet "
+                    f"(e.g. ufw allow from <interconnect subnet> to any port "
+                    f"{lst.port}; ufw deny {lst.port}).",
+                    captures={"port": str(lst.port), "address": lst.address},
+                )
                 continue
             if lst.port == cfg.vllm.port:
                 sev: Severity = "info" if key else "warning"
                 auth = "" if key else " without --api-key: anyone who can reach it can use it"
-                fix = (f"Serve on the interconnect or loopback (vllm serve --host {n.cfg.ip or '127.0.0.1'})"
-                       + ("" if key else " and set --api-key") + ", or firewall the port.")
+                fix = (
+                    f"Serve on the interconnect or loopback (vllm serve --host {n.cfg.ip or '127.0.0.1'})"
+                    + ("" if key else " and set --api-key")
+                    + ", or firewall the port."
+                )
             else:
                 sev = "warning"
-                auth = ": Ray has no authentication (jobs run code on every node, " \
-                       "CVE-2023-48022)"
-                fix = (f"Bind it to the interconnect or loopback (ray start "
-                       f"--dashboard-host 127.0.0.1 / --ray-client-server-port off), or "
-                       f"firewall port {lst.port} on {n.name}.")
-            board.fail(k, n.name, sev,
-                       f"{n.name}: {what} port {lst.port} listens on {where}{auth}",
-                       fix=fix, value=shown,
-                       captures={"port": str(lst.port), "address": lst.address})
+                auth = ": Ray has no authentication (jobs run code on every node, CVE-2023-48022)"
+                fix = (
+                    f"Bind it to the interconnect or loopback (ray start "
+                    f"--dashboard-host 127.0.0.1 / --ray-client-server-port off), or "
+                    f"firewall port {lst.port} on {n.name}."
+                )
+            board.fail(
+                k,
+                n.name,
+                sev,
+                f"{n.name}: {what} port {lst.port} listens on {where}{auth}",
+                fix=fix,
+                value=shown,
+                captures={"port": str(lst.port), "address": lst.address},
+            )
         board.ok(k, n.name, ", ".join(exposed) or "none exposed")
 
 
@@ -986,11 +1246,20 @@ def render_matrix(matrix: dict[str, Any], ascii_only: bool = False) -> str:
     rows = matrix.get("rows") or []
     w0 = max([len("check")] + [len(r["check"]) for r in rows])
     widths = [max(len(n), 4) for n in nodes]
-    lines = ["  ".join(["check".ljust(w0), *(n.ljust(w) for n, w in zip(nodes, widths, strict=True)),
-                        "odd one out"]).rstrip()]
+    lines = [
+        "  ".join(
+            [
+                "check".ljust(w0),
+                *(n.ljust(w) for n, w in zip(nodes, widths, strict=True)),
+                "odd one out",
+            ]
+        ).rstrip()
+    ]
     for r in rows:
-        cells = [marks.get(r["cells"][n]["status"], "?").ljust(w)
-                 for n, w in zip(nodes, widths, strict=True)]
+        cells = [
+            marks.get(r["cells"][n]["status"], "?").ljust(w)
+            for n, w in zip(nodes, widths, strict=True)
+        ]
         odd = ", ".join(r.get("odd_one_out") or [])
         lines.append("  ".join([r["check"].ljust(w0), *cells, odd]).rstrip())
     return "\n".join(lines)

@@ -25,8 +25,10 @@ class ActionBusy(RuntimeError):
 
     def __init__(self, running: str, detail: str = "") -> None:
         self.running = running
-        super().__init__(f"another action is running: {running}{detail}; "
-                         f"wait for it to finish (one action at a time)")
+        super().__init__(
+            f"another action is running: {running}{detail}; "
+            f"wait for it to finish (one action at a time)"
+        )
 
 
 def lock_path() -> Path:
@@ -66,14 +68,18 @@ def action_lock(action: str, path: Path | None = None) -> Iterator[None]:
                 info = json.loads(fh.read() or "{}")
             except ValueError:
                 info = {}
-            raise ActionBusy(str(info.get("action", "an action")),
-                             _describe(info) + " in another sparktui") from None
+            raise ActionBusy(
+                str(info.get("action", "an action")), _describe(info) + " in another sparktui"
+            ) from None
         from sparktui.core.actions.audit import _user
 
         fh.seek(0)
         fh.truncate()
-        fh.write(json.dumps({"action": action, "pid": os.getpid(), "user": _user(),
-                             "started": time.time()}))
+        fh.write(
+            json.dumps(
+                {"action": action, "pid": os.getpid(), "user": _user(), "started": time.time()}
+            )
+        )
         fh.flush()
         yield
     finally:

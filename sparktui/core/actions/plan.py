@@ -68,11 +68,19 @@ class Step:
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
-            "node": self.node, "description": self.description, "kind": self.kind,
+            "node": self.node,
+            "description": self.description,
+            "kind": self.kind,
             "mutating": self.mutating,
-            "commands": [{"argv": mask_argv(c.argv), "shell": shell_masked(c),
-                          "mutating": c.mutating, "timeout": c.timeout}
-                         for c in self.commands],
+            "commands": [
+                {
+                    "argv": mask_argv(c.argv),
+                    "shell": shell_masked(c),
+                    "mutating": c.mutating,
+                    "timeout": c.timeout,
+                }
+                for c in self.commands
+            ],
         }
         if self.kind == "wait":
             d.update(timeout=self.timeout, interval=self.interval, until=self.until)
@@ -116,12 +124,16 @@ class Plan:
         """The plan as an operator reads it: per stage, per node, the exact command lines
         (secret values masked). `full=False` shortens inline `sh -c` scripts to their
         first line (for a confirmation prompt)."""
-        lines = [f"{self.title or self.action} ({'changes nodes' if self.mutating else 'read-only'}"
-                 f", {self.source})"]
+        lines = [
+            f"{self.title or self.action} ({'changes nodes' if self.mutating else 'read-only'}"
+            f", {self.source})"
+        ]
         for w in self.warnings:
             lines.append(f"  warning: {w}")
         if self.preflight:
-            lines.append("  0. preflight: `sparktui doctor` checks (abort on errors unless --force)")
+            lines.append(
+                "  0. preflight: `sparktui doctor` checks (abort on errors unless --force)"
+            )
         for i, st in enumerate(self.stages, 1):
             par = " (in parallel)" if len(st.steps) > 1 else ""
             lines.append(f"  {i}. {st.name}{par}")
@@ -138,10 +150,15 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "action": self.action, "title": self.title, "source": self.source,
-            "mutating": self.mutating, "preflight": self.preflight, "warnings": self.warnings,
-            "stages": [{"name": st.name, "steps": [s.to_dict() for s in st.steps]}
-                       for st in self.stages],
+            "action": self.action,
+            "title": self.title,
+            "source": self.source,
+            "mutating": self.mutating,
+            "preflight": self.preflight,
+            "warnings": self.warnings,
+            "stages": [
+                {"name": st.name, "steps": [s.to_dict() for s in st.steps]} for st in self.stages
+            ],
         }
 
 

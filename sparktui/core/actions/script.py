@@ -34,24 +34,50 @@ def script_verdict(result: Result) -> Verdict:
     return "failed", f"the script exited {rc}: {tail}"
 
 
-def script_plan(cfg: Config, action: ScriptAction, *, now: float | None = None,
-                run_root: str | None = None) -> Plan:
+def script_plan(
+    cfg: Config, action: ScriptAction, *, now: float | None = None, run_root: str | None = None
+) -> Plan:
     run_root = run_root or RUN_ROOT
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now if now is not None else time.time()))
     stages = []
     for name in action.nodes:
         run_dir = f"{run_root}/{action.name}-{stamp}-{name}"
-        start = sh(START_SCRIPT, run_dir, *action.run, mutating=True, timeout=30,
-                   description=f"start {action.run[0]} detached")
+        start = sh(
+            START_SCRIPT,
+            run_dir,
+            *action.run,
+            mutating=True,
+            timeout=30,
+            description=f"start {action.run[0]} detached",
+        )
         poll = sh(POLL_SCRIPT, run_dir, timeout=20)
-        stages.append(Stage(f"run the {action.name} script on {name}", (
-            Step(name, f"start {' '.join(action.run)}", (start,)),
-        )))
-        stages.append(Stage(f"wait for the script on {name}", (
-            Step(name, f"wait for {action.run[0]} to finish", (poll,), kind="wait",
-                 timeout=action.timeout, interval=1.0, verdict=script_verdict,
-                 until=f"the script exits (status and output in {run_dir})"),
-        )))
-    return Plan(action.name, stages, source="script",
-                title=f"{action.name.capitalize()} (script mode): {' '.join(action.run)} on "
-                      + ", ".join(action.nodes))
+        stages.append(
+            Stage(
+                f"run the {action.name} script on {name}",
+                (Step(name, f"start {' '.join(action.run)}", (start,)),),
+            )
+        )
+        stages.append(
+            Stage(
+                f"wait for the script on {name}",
+                (
+                    Step(
+                        name,
+                        f"wait for {action.run[0]} to finish",
+                        (poll,),
+                        kind="wait",
+                        timeout=action.timeout,
+                        interval=1.0,
+                        verdict=script_verdict,
+                        until=f"the script exits (status and output in {run_dir})",
+                    ),
+                ),
+            )
+        )
+    return Plan(
+        action.name,
+        stages,
+        source="script",
+        title=f"{action.name.capitalize()} (script mode): {' '.join(action.run)} on "
+        + ", ".join(action.nodes),
+    )

@@ -8,7 +8,13 @@ from typing import Any
 from sparktui.core.model import Container
 
 DOCKER_PS_ARGV: tuple[str, ...] = (
-    "docker", "ps", "-a", "--no-trunc", "--size=false", "--format", "{{json .}}",
+    "docker",
+    "ps",
+    "-a",
+    "--no-trunc",
+    "--size=false",
+    "--format",
+    "{{json .}}",
 )
 
 

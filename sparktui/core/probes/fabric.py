@@ -32,8 +32,12 @@ def parse_netdev(text: str) -> dict[str, NetDev]:
         if len(parts) != 4:
             continue
         name, mtu, state, carrier = parts
-        out[name] = NetDev(name, int(mtu) if mtu.isdigit() else None, state.lower(),
-                           {"1": True, "0": False}.get(carrier))
+        out[name] = NetDev(
+            name,
+            int(mtu) if mtu.isdigit() else None,
+            state.lower(),
+            {"1": True, "0": False}.get(carrier),
+        )
     return out
 
 
@@ -92,8 +96,7 @@ def parse_ib(text: str) -> list[IbPort]:
                 continue
             p = ports.get((g[1], int(g[2])))
             if p is not None:
-                p.gids[int(g[3])] = Gid(int(g[3]), g[4], "" if g[5] == "-" else g[5],
-                                        g[6].strip())
+                p.gids[int(g[3])] = Gid(int(g[3]), g[4], "" if g[5] == "-" else g[5], g[6].strip())
     return list(ports.values())
 
 
@@ -111,8 +114,9 @@ def parse_ibdev2netdev(text: str) -> list[IbLink]:
     for line in text.splitlines():
         parts = line.split()
         if len(parts) >= 6 and parts[1] == "port" and parts[3] == "==>" and parts[2].isdigit():
-            out.append(IbLink(parts[0], int(parts[2]), parts[4],
-                              parts[5].strip("()").lower() == "up"))
+            out.append(
+                IbLink(parts[0], int(parts[2]), parts[4], parts[5].strip("()").lower() == "up")
+            )
     return out
 
 
@@ -175,7 +179,7 @@ def _hex_addr(h: str) -> str | None:
     if len(raw) == 4:
         return str(ipaddress.IPv4Address(raw[::-1]))
     if len(raw) == 16:  # four 32-bit words, each in host (little-endian) order
-        words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+        words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
         addr = ipaddress.IPv6Address(words)
         mapped = addr.ipv4_mapped
         return str(mapped) if mapped else str(addr)

@@ -13,18 +13,29 @@ from sparktui.core.model import Gpu, GpuProcess
 from sparktui.core.probes.meminfo import MemInfo
 
 GPU_FIELDS: tuple[str, ...] = (
-    "index", "name", "uuid", "memory.used", "memory.total", "utilization.gpu",
-    "power.draw", "temperature.gpu", "clocks.sm",
+    "index",
+    "name",
+    "uuid",
+    "memory.used",
+    "memory.total",
+    "utilization.gpu",
+    "power.draw",
+    "temperature.gpu",
+    "clocks.sm",
 )
 # The fields before power/temperature/clock were added: rows of that many columns still parse.
 BASE_GPU_FIELDS = GPU_FIELDS[:6]
 APP_FIELDS: tuple[str, ...] = ("pid", "process_name", "used_memory")
 
 GPU_QUERY_ARGV: tuple[str, ...] = (
-    "nvidia-smi", "--query-gpu=" + ",".join(GPU_FIELDS), "--format=csv,noheader,nounits",
+    "nvidia-smi",
+    "--query-gpu=" + ",".join(GPU_FIELDS),
+    "--format=csv,noheader,nounits",
 )
 APPS_QUERY_ARGV: tuple[str, ...] = (
-    "nvidia-smi", "--query-compute-apps=" + ",".join(APP_FIELDS), "--format=csv,noheader,nounits",
+    "nvidia-smi",
+    "--query-compute-apps=" + ",".join(APP_FIELDS),
+    "--format=csv,noheader,nounits",
 )
 
 _NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
@@ -51,8 +62,8 @@ def _split(line: str, n: int, free_col: int | None) -> list[str] | None:
         return parts
     if len(parts) > n and free_col is not None:
         extra = len(parts) - n
-        merged = ", ".join(parts[free_col:free_col + extra + 1])
-        return parts[:free_col] + [merged] + parts[free_col + extra + 1:]
+        merged = ", ".join(parts[free_col : free_col + extra + 1])
+        return parts[:free_col] + [merged] + parts[free_col + extra + 1 :]
     return None
 
 
@@ -106,7 +117,7 @@ def parse_gpu_query(
         if not line.strip():
             continue
         parts = _split(line, len(fields), i_name)
-        if parts is None and fields[:len(BASE_GPU_FIELDS)] == BASE_GPU_FIELDS:
+        if parts is None and fields[: len(BASE_GPU_FIELDS)] == BASE_GPU_FIELDS:
             parts = _split(line, len(BASE_GPU_FIELDS), i_name)  # an older probe's row
         if parts is None:
             continue
@@ -126,18 +137,20 @@ def parse_gpu_query(
         if unified and meminfo is not None and meminfo.total_mib is not None:
             total = meminfo.total_mib
             used = meminfo.used_mib
-        gpus.append(Gpu(
-            index=index,
-            name=name,
-            memory_used_mib=used,
-            memory_total_mib=total,
-            unified=unified,
-            utilization_pct=field_value(parts[i_util]) if i_util is not None else None,
-            uuid=parts[i_uuid] if i_uuid is not None else "",
-            power_w=float_value(p) if (p := at(i_power)) is not None else None,
-            temperature_c=field_value(t) if (t := at(i_temp)) is not None else None,
-            sm_clock_mhz=field_value(c) if (c := at(i_clock)) is not None else None,
-        ))
+        gpus.append(
+            Gpu(
+                index=index,
+                name=name,
+                memory_used_mib=used,
+                memory_total_mib=total,
+                unified=unified,
+                utilization_pct=field_value(parts[i_util]) if i_util is not None else None,
+                uuid=parts[i_uuid] if i_uuid is not None else "",
+                power_w=float_value(p) if (p := at(i_power)) is not None else None,
+                temperature_c=field_value(t) if (t := at(i_temp)) is not None else None,
+                sm_clock_mhz=field_value(c) if (c := at(i_clock)) is not None else None,
+            )
+        )
     return gpus
 
 
@@ -160,9 +173,11 @@ def parse_compute_apps(text: str, fields: tuple[str, ...] = APP_FIELDS) -> list[
         parts = _split(line, len(fields), i_name)
         if parts is None or not parts[i_pid].isdigit():
             continue
-        procs.append(GpuProcess(
-            pid=int(parts[i_pid]),
-            process_name=parts[i_name] if i_name is not None else "",
-            used_memory_mib=field_value(parts[i_mem]) if i_mem is not None else None,
-        ))
+        procs.append(
+            GpuProcess(
+                pid=int(parts[i_pid]),
+                process_name=parts[i_name] if i_name is not None else "",
+                used_memory_mib=field_value(parts[i_mem]) if i_mem is not None else None,
+            )
+        )
     return procs

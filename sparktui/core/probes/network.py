@@ -38,15 +38,18 @@ def parse_ip_json(text: str) -> list[Interface]:
         if not isinstance(item, dict) or not item.get("ifname"):
             continue
         ipv4 = [
-            str(a["local"]) for a in item.get("addr_info") or []
+            str(a["local"])
+            for a in item.get("addr_info") or []
             if isinstance(a, dict) and a.get("family") == "inet" and a.get("local")
         ]
         flags = item.get("flags") or []
-        out.append(Interface(
-            name=_base_name(str(item["ifname"])),
-            state=_state(str(item.get("operstate", "")), set(flags)),
-            ipv4=ipv4,
-        ))
+        out.append(
+            Interface(
+                name=_base_name(str(item["ifname"])),
+                state=_state(str(item.get("operstate", "")), set(flags)),
+                ipv4=ipv4,
+            )
+        )
     return out
 
 

@@ -97,11 +97,11 @@ def parse_ray_nodes(text: str) -> tuple[list[RayNode], str | None]:
     for line in reversed(text.splitlines()):
         if line.startswith(NODES_SENTINEL):
             try:
-                return nodes_from_data(json.loads(line[len(NODES_SENTINEL):]))
+                return nodes_from_data(json.loads(line[len(NODES_SENTINEL) :]))
             except ValueError as e:
                 return [], f"bad node JSON from Ray: {e}"
         if line.startswith(ERROR_SENTINEL):
-            raw = line[len(ERROR_SENTINEL):]
+            raw = line[len(ERROR_SENTINEL) :]
             try:
                 msg = json.loads(raw)
             except ValueError:
@@ -135,5 +135,10 @@ def ray_view(nodes: Iterable[RayNode], ips: Iterable[str]) -> RayView:
     if not match:
         return RayView()
     n = next((m for m in match if m.alive), match[0])
-    return RayView(registered_ip=n.ip, alive=n.alive, gpus=n.gpus, node_id=n.node_id,
-                   death_reason=n.death_reason)
+    return RayView(
+        registered_ip=n.ip,
+        alive=n.alive,
+        gpus=n.gpus,
+        node_id=n.node_id,
+        death_reason=n.death_reason,
+    )

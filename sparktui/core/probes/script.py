@@ -70,6 +70,7 @@ SKIP_REASONS = {
     "no-docker": "docker is not installed on the head",
 }
 
+
 def build_probe(
     node_name: str,
     container: str | None,
@@ -113,8 +114,9 @@ def build_probe(
         vllm_log or "",
         str(int(vllm_log_bytes)),
     )
-    return sh(PROBE_SCRIPT, *args, mutating=False, timeout=timeout,
-              description=f"probe {node_name}")
+    return sh(
+        PROBE_SCRIPT, *args, mutating=False, timeout=timeout, description=f"probe {node_name}"
+    )
 
 
 @dataclass
@@ -177,7 +179,9 @@ class ProbeResult:
     ray_nodes: list[RayNode] | None = None  # None: not asked (worker, or skipped this tick)
     ray_source: str | None = None  # dashboard | python
     ray_error: str | None = None
-    gcs_peers: tuple[str, ...] | None = None  # remote ip:port on Ray's GCS port (head); None: not listed
+    gcs_peers: tuple[str, ...] | None = (
+        None  # remote ip:port on Ray's GCS port (head); None: not listed
+    )
     vllm: VllmStatus | None = None  # None: not asked (worker, or no port)
     vllm_http_code: int | None = None
     vllm_log_tail: str | None = None  # the end of the vLLM log (head, when asked)
@@ -282,7 +286,7 @@ def _env(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
         res.env_pid, res.env_source = int(m[1]), m[2]
         if rest.startswith("argv="):  # the vLLM process's argv, \001 between arguments
             line, _, rest = rest.partition("\n")
-            res.vllm_argv = line[len("argv="):].rstrip("\x01").split("\x01")
+            res.vllm_argv = line[len("argv=") :].rstrip("\x01").split("\x01")
     else:
         rest = sec.body
     res.env = parse_environ(rest)
@@ -312,14 +316,13 @@ def _ray(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
 def _hex_ip(h: str) -> str:
     """/proc/net/tcp's address hex (little-endian words) -> dotted IPv4, or v6 hex."""
     if len(h) == 8:
-        return ".".join(str(int(h[i:i + 2], 16)) for i in (6, 4, 2, 0))
+        return ".".join(str(int(h[i : i + 2], 16)) for i in (6, 4, 2, 0))
     if len(h) == 32 and h[:24].upper() == "0000000000000000FFFF0000":  # v4-mapped
         return _hex_ip(h[24:])
     return h.lower()
 
 
-def parse_gcs_conns(text: str, own_ips: set[str] | frozenset[str] = frozenset()
-                    ) -> tuple[str, ...]:
+def parse_gcs_conns(text: str, own_ips: set[str] | frozenset[str] = frozenset()) -> tuple[str, ...]:
     """Remote endpoints (`ip:port`, sorted) of the GCS connections, from /proc/net/tcp's
     `rem_address` column. Loopback and the node's own addresses are left out: the head's
     own clients (a Ray table query among them) come and go without the table changing."""
@@ -430,8 +433,9 @@ def parse_probe(stdout: str) -> ProbeResult:
     res.sections = secs
     res.complete = stdout.rstrip().endswith("@@sparktui:end@@")
     if not secs:
-        res.errors["probe"] = "no probe output" + (f": {stdout.strip()[:300]}" if stdout.strip()
-                                                    else "")
+        res.errors["probe"] = "no probe output" + (
+            f": {stdout.strip()[:300]}" if stdout.strip() else ""
+        )
         return res
     for name, sec in secs.items():
         if sec.missing:

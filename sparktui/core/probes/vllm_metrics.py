@@ -82,11 +82,13 @@ class Histogram:
     def minus(self, older: Histogram) -> Histogram | None:
         """The observations made since `older` (None after a counter reset)."""
         old = dict(older.buckets)
-        if self.count < older.count or any(
-                c < old.get(le, 0.0) for le, c in self.buckets):
+        if self.count < older.count or any(c < old.get(le, 0.0) for le, c in self.buckets):
             return None
-        return Histogram(tuple((le, c - old.get(le, 0.0)) for le, c in self.buckets),
-                         self.count - older.count, self.sum - older.sum)
+        return Histogram(
+            tuple((le, c - old.get(le, 0.0)) for le, c in self.buckets),
+            self.count - older.count,
+            self.sum - older.sum,
+        )
 
     def quantile(self, q: float) -> float | None:
         """Prometheus' histogram_quantile: linear inside the bucket that holds rank q*count
@@ -132,14 +134,18 @@ def parse_vllm_metrics(text: str, status: VllmStatus | None = None) -> VllmStatu
     if GENERATION_TOKENS in samples:
         st.generation_tokens_total = sum(samples[GENERATION_TOKENS])
     hists = parse_histograms(text)
-    st.histograms = {kind: h for kind, names in (("ttft", TTFT), ("itl", ITL))
-                     for h in [next((hists[n] for n in names if n in hists), None)]
-                     if h is not None}
+    st.histograms = {
+        kind: h
+        for kind, names in (("ttft", TTFT), ("itl", ITL))
+        for h in [next((hists[n] for n in names if n in hists), None)]
+        if h is not None
+    }
     return st
 
 
-def tokens_per_s(prev_total: float | None, prev_at: float | None,
-                 cur_total: float | None, cur_at: float | None) -> float | None:
+def tokens_per_s(
+    prev_total: float | None, prev_at: float | None, cur_total: float | None, cur_at: float | None
+) -> float | None:
     """Rate of a token counter between two samples (None on a reset, a gap, or no time)."""
     if None in (prev_total, prev_at, cur_total, cur_at):
         return None
@@ -151,8 +157,9 @@ def tokens_per_s(prev_total: float | None, prev_at: float | None,
     return (cur_total - prev_total) / dt
 
 
-def generation_rate(prev: VllmStatus | None, prev_at: float | None,
-                    cur: VllmStatus, cur_at: float) -> float | None:
+def generation_rate(
+    prev: VllmStatus | None, prev_at: float | None, cur: VllmStatus, cur_at: float
+) -> float | None:
     """Generated tokens/s between two successive VllmStatus samples taken at the given times."""
     if prev is None:
         return None

@@ -36,8 +36,9 @@ class DoctorScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="doctor-box") as box:
             failing = sum(c["status"] == "fail" for r in self.rows for c in r["cells"].values())
-            box.border_title = (f"Doctor: {len(self.rows)} checks x {len(self.nodes)} nodes, "
-                                f"{failing} failing")
+            box.border_title = (
+                f"Doctor: {len(self.rows)} checks x {len(self.nodes)} nodes, {failing} failing"
+            )
             box.border_subtitle = "arrows: a cell's finding and fix · Esc closes"
             yield DataTable(id="doctor-table", cursor_type="cell", zebra_stripes=True)
             with VerticalScroll(id="doctor-detail-box"):
@@ -69,8 +70,11 @@ class DoctorScreen(ModalScreen[None]):
             for j, n in enumerate(self.nodes):
                 cell = r["cells"][n]
                 if cell["status"] == "fail":
-                    sev = [self.findings[k].severity for k in cell.get("findings") or []
-                           if 0 <= k < len(self.findings)]
+                    sev = [
+                        self.findings[k].severity
+                        for k in cell.get("findings") or []
+                        if 0 <= k < len(self.findings)
+                    ]
                     failing.append((0 if "error" in sev else 1, i, j + 1))
         return min(failing)[1:] if failing else None
 

@@ -28,18 +28,31 @@ def help_content(rows: list[tuple[str, str, str, bool]], refused: list[str]) -> 
     refuses here (read-only mode)."""
     parts: list[str | tuple[str, str]] = [("Actions", "bold"), "\n"]
     for key, action_id, description, mutating in rows:
-        parts += [(f" {key:<8}", "bold $accent"), (f"{action_id:<10}", ""),
-                  (description, ""), ("  (changes nodes)" if mutating else "", "$log-warning"),
-                  "\n"]
+        parts += [
+            (f" {key:<8}", "bold $accent"),
+            (f"{action_id:<10}", ""),
+            (description, ""),
+            ("  (changes nodes)" if mutating else "", "$log-warning"),
+            "\n",
+        ]
     if refused:
-        parts += ["\n", (" READ-ONLY ", "bold reverse $badge-readonly"),
-                  f" {_words(refused)} {'is' if len(refused) == 1 else 'are'} disabled; the "
-                  "transport refuses any command that changes a node.\n"]
+        parts += [
+            "\n",
+            (" READ-ONLY ", "bold reverse $badge-readonly"),
+            f" {_words(refused)} {'is' if len(refused) == 1 else 'are'} disabled; the "
+            "transport refuses any command that changes a node.\n",
+        ]
     parts += ["\n", ("Navigation", "bold"), "\n"]
     for key, text in LOG_KEYS:
         parts += [(f" {key:<16}", "bold $accent"), text, "\n"]
-    parts += ["\n", ("Quitting never stops anything on the nodes. Remap keys with `keymap:` "
-                     "in the config (action id: key).", "$muted")]
+    parts += [
+        "\n",
+        (
+            "Quitting never stops anything on the nodes. Remap keys with `keymap:` "
+            "in the config (action id: key).",
+            "$muted",
+        ),
+    ]
     return Content.assemble(*parts)
 
 
@@ -58,8 +71,7 @@ class HelpScreen(ModalScreen[None]):
             box.border_title = "help"
             box.border_subtitle = "Esc closes"
             with VerticalScroll():
-                yield Static(help_content(self.rows, self.refused), id="help-text",
-                             markup=False)
+                yield Static(help_content(self.rows, self.refused), id="help-text", markup=False)
 
     def action_dismiss_help(self) -> None:
         self.dismiss(None)

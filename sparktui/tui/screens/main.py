@@ -60,8 +60,14 @@ class MainScreen(Screen[None]):
     class Ready(Message):
         """The screen is composed and its collectors are started."""
 
-    def __init__(self, backend: Backend, *, max_log_lines: int = 20000, poll: bool = True,
-                 follow_log: bool = True) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        max_log_lines: int = 20000,
+        poll: bool = True,
+        follow_log: bool = True,
+    ) -> None:
         super().__init__(id="main")
         self.backend = backend
         self.cfg = backend.cfg
@@ -83,14 +89,21 @@ class MainScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         cfg = self.cfg
-        yield HeaderBar(cfg.cluster_name, read_only=self.backend.read_only,
-                        demo=self.backend.demo, interval=cfg.refresh_interval)
+        yield HeaderBar(
+            cfg.cluster_name,
+            read_only=self.backend.read_only,
+            demo=self.backend.demo,
+            interval=cfg.refresh_interval,
+        )
         yield VllmStrip(cfg.vllm.port)
         with Horizontal(id="nodes"):
             for n in cfg.nodes:
-                yield NodePane(NodeState(name=n.name, host=n.host, role=n.role,
-                                         configured_ip=n.ip, error="probing…"),
-                               n.container.name)
+                yield NodePane(
+                    NodeState(
+                        name=n.name, host=n.host, role=n.role, configured_ip=n.ip, error="probing…"
+                    ),
+                    n.container.name,
+                )
         with Horizontal(id="node-box"):  # many nodes or a small terminal: the table
             yield NodeTable()
             yield NodeDetail()
@@ -103,8 +116,15 @@ class MainScreen(Screen[None]):
     def on_mount(self) -> None:
         table = self.query_one(NodeTable)
         table.containers = {n.name: n.container.name for n in self.cfg.nodes}
-        table.set_nodes([NodeState(name=n.name, host=n.host, role=n.role, configured_ip=n.ip,
-                                   error="probing…") for n in self.cfg.nodes], {})
+        table.set_nodes(
+            [
+                NodeState(
+                    name=n.name, host=n.host, role=n.role, configured_ip=n.ip, error="probing…"
+                )
+                for n in self.cfg.nodes
+            ],
+            {},
+        )
         self._relayout()
         self.call_later(self._start)
 
@@ -141,16 +161,18 @@ class MainScreen(Screen[None]):
             self.header.refresh_text = "refresh paused (dialog open)"
             self._poll_timer = self.set_timer(0.5, self._poll)
             return
-        self.run_worker(self._refresh(), name="refresh", group="refresh", exclusive=True,
-                        exit_on_error=False)
+        self.run_worker(
+            self._refresh(), name="refresh", group="refresh", exclusive=True, exit_on_error=False
+        )
 
     async def _refresh(self) -> None:
         snapshot = await self.backend.refresh()
         self.post_message(SnapshotUpdated(snapshot))
 
     def _start_log(self) -> None:
-        self.run_worker(self._follow_log(), name="log", group="log", exclusive=True,
-                        exit_on_error=False)
+        self.run_worker(
+            self._follow_log(), name="log", group="log", exclusive=True, exit_on_error=False
+        )
 
     async def _follow_log(self) -> None:
         # One batch in flight: the next is posted once the pane has applied this one.
@@ -183,8 +205,11 @@ class MainScreen(Screen[None]):
             self._report("log", f"Log follower stopped ({why}); retrying in 5 s.")
             self.set_timer(5, self._start_log)
         elif group == "action" and error is not None:
-            self.post_message(ActionFinished(self.running_action or "action", False,
-                                             f"{type(error).__name__}: {error}"))
+            self.post_message(
+                ActionFinished(
+                    self.running_action or "action", False, f"{type(error).__name__}: {error}"
+                )
+            )
         elif group == "save" and error is not None:
             self.notify(f"Could not save the log: {error}", severity="error")
 
@@ -211,7 +236,8 @@ class MainScreen(Screen[None]):
         text = f"refresh {self.cfg.refresh_interval:g}s · tick {snap.tick}"
         if snap.backend == "native":  # vLLM's own multi-node mode; said when only seen
             text += " · native multi-node (no Ray)" + (
-                ", seen: cluster.backend not set" if snap.backend_note else "")
+                ", seen: cluster.backend not set" if snap.backend_note else ""
+            )
         if snap.ray_error and snap.ray_error != "not read yet":
             text += f" · Ray: {snap.ray_error}"
         if down:
@@ -245,14 +271,16 @@ class MainScreen(Screen[None]):
             self._show_findings()
 
     def _join_log_findings(self) -> None:
-        self.log_findings = {finding_key(f): f
-                             for f in self.backend.log_findings(self.snapshot)}
+        self.log_findings = {finding_key(f): f for f in self.backend.log_findings(self.snapshot)}
 
     def all_findings(self) -> list[Finding]:
         """Live checks, the doctor's and the log's findings, one each, errors first."""
         out: dict[str, Finding] = {}
-        for f in (*(self.snapshot.findings if self.snapshot else ()), *self.doctor_findings,
-                  *self.log_findings.values()):
+        for f in (
+            *(self.snapshot.findings if self.snapshot else ()),
+            *self.doctor_findings,
+            *self.log_findings.values(),
+        ):
             out.setdefault(finding_key(f), f)
         return sort_findings(list(out.values()))
 
@@ -303,9 +331,12 @@ class MainScreen(Screen[None]):
         if node is None:
             return
         ncfg = self.cfg.node(node.name)
-        self.query_one(NodeDetail).show(node, list(self.history.get(node.name, ())),
-                                        ncfg.container.name if ncfg else None,
-                                        snap.backend if snap else "ray")
+        self.query_one(NodeDetail).show(
+            node,
+            list(self.history.get(node.name, ())),
+            ncfg.container.name if ncfg else None,
+            snap.backend if snap else "ray",
+        )
 
     @on(NodeTable.NodeSelected)
     def _node_selected(self, message: NodeTable.NodeSelected) -> None:
@@ -314,8 +345,12 @@ class MainScreen(Screen[None]):
         last = self._probed_at.get(message.name, 0.0)
         if table.has_focus and self._poll_enabled and time.monotonic() - last > PROBE_AGAIN:
             self._probed_at[message.name] = time.monotonic()  # the operator's node: now
-            self.run_worker(self._probe_now(message.name), name=f"probe:{message.name}",
-                            group="probe", exit_on_error=False)
+            self.run_worker(
+                self._probe_now(message.name),
+                name=f"probe:{message.name}",
+                group="probe",
+                exit_on_error=False,
+            )
 
     async def _probe_now(self, name: str) -> None:
         snapshot = await self.backend.probe_now(name)
@@ -348,12 +383,14 @@ class MainScreen(Screen[None]):
         snap = self.snapshot
         count = len(snap.nodes) if snap else len(self.cfg.nodes)
         fixed = sum(1 for w in (HeaderBar, VllmStrip, Footer) if self.query(w))
-        plan = layout.plan(size.width, size.height, count, fixed=fixed,
-                           log_full=self.log_full)
+        plan = layout.plan(size.width, size.height, count, fixed=fixed, log_full=self.log_full)
         was = self.layout_plan
         self.layout_plan = plan
-        nodes, box, middle = (self.query_one("#nodes"), self.query_one("#node-box"),
-                              self.query_one("#middle"))
+        nodes, box, middle = (
+            self.query_one("#nodes"),
+            self.query_one("#node-box"),
+            self.query_one("#middle"),
+        )
         self.set_class(plan.log_full, "-log-full")
         nodes.display = plan.mode == "panes" and not plan.log_full
         box.display = plan.mode == "table" and not plan.log_full and plan.nodes_height > 0
@@ -401,8 +438,11 @@ class MainScreen(Screen[None]):
     def system_commands(self) -> Iterable[SystemCommand]:
         """The palette's entries for what this screen offers."""
         for a in self.offered():
-            yield SystemCommand(f"{a.label} ({self._key_for(a.id)})", a.description,
-                                partial(self.run_action, a.action))
+            yield SystemCommand(
+                f"{a.label} ({self._key_for(a.id)})",
+                a.description,
+                partial(self.run_action, a.action),
+            )
 
     def _key_for(self, action_id: str) -> str:
         return registry.key_for(action_id, self.cfg.keymap)
@@ -410,16 +450,20 @@ class MainScreen(Screen[None]):
     # ------------------------------------------------------------------ actions
 
     def action_refused(self, action_id: str) -> None:
-        self.notify(f"Read-only: {action_id} is disabled here (it would change the nodes).",
-                    title="READ-ONLY", severity="warning")
+        self.notify(
+            f"Read-only: {action_id} is disabled here (it would change the nodes).",
+            title="READ-ONLY",
+            severity="warning",
+        )
 
     def action_core_action(self, action_id: str) -> None:
         """t / r / s / d: show the plan and confirm (focus on Cancel) where the action asks
         first, then run it."""
         spec = ACTIONS[action_id]
         if self.running_action:
-            self.notify(f"{self.running_action} is still running; one action at a time.",
-                        severity="warning")
+            self.notify(
+                f"{self.running_action} is still running; one action at a time.", severity="warning"
+            )
             return
         plan = self.backend.plan(action_id)
         if plan.error:
@@ -442,16 +486,23 @@ class MainScreen(Screen[None]):
         self.header.action_text = f"▸ {plan.action} running"
         self._progress = ProgressScreen(plan)
         self.app.push_screen(self._progress)
-        self.run_worker(self._execute(plan.action), name=f"action:{plan.action}",
-                        group="action", exit_on_error=False)
+        self.run_worker(
+            self._execute(plan.action),
+            name=f"action:{plan.action}",
+            group="action",
+            exit_on_error=False,
+        )
 
     async def _execute(self, action: str) -> None:
         def emit(p: Progress) -> None:
             self.post_message(ActionProgress(p))
 
         outcome = await self.backend.execute(action, emit)
-        self.post_message(ActionFinished(action, outcome.ok, outcome.summary,
-                                         list(outcome.findings), outcome.matrix))
+        self.post_message(
+            ActionFinished(
+                action, outcome.ok, outcome.summary, list(outcome.findings), outcome.matrix
+            )
+        )
 
     def on_action_progress(self, message: ActionProgress) -> None:
         if self._progress is not None:
@@ -469,8 +520,11 @@ class MainScreen(Screen[None]):
                 if self._progress is not None and self.app.screen is self._progress:
                     self._progress.dismiss()
                 self.app.push_screen(DoctorScreen(message.matrix, list(message.findings)))
-        self.notify(f"{message.action}: {message.summary}",
-                    severity="information" if message.ok else "error", timeout=10)
+        self.notify(
+            f"{message.action}: {message.summary}",
+            severity="information" if message.ok else "error",
+            timeout=10,
+        )
         if self._poll_enabled and self._poll_timer is not None:  # refresh soon after
             self._poll_timer.stop()
             self._poll_timer = self.set_timer(0.2, self._poll)
@@ -481,8 +535,10 @@ class MainScreen(Screen[None]):
     def action_toggle_findings_only(self) -> None:
         view = self.log_view
         view.set_findings_only(not view.findings_only)
-        self.notify("Log: only lines with findings." if view.findings_only
-                    else "Log: every line.", timeout=3)
+        self.notify(
+            "Log: only lines with findings." if view.findings_only else "Log: every line.",
+            timeout=3,
+        )
 
     def action_toggle_follow(self) -> None:
         view = self.log_view
@@ -498,8 +554,9 @@ class MainScreen(Screen[None]):
             return
         lines = [e.text for e in self.log_view.view[-COPY_MAX_LINES:]]
         self.app.copy_to_clipboard("\n".join(lines))
-        self.notify(f"Copied {len(lines)} log line{'s' if len(lines) != 1 else ''} "
-                    "to the clipboard.")
+        self.notify(
+            f"Copied {len(lines)} log line{'s' if len(lines) != 1 else ''} to the clipboard."
+        )
 
     def action_save_log(self) -> None:
         self._save(self.log_view.visible_text())
@@ -514,9 +571,15 @@ class MainScreen(Screen[None]):
             self.notify("No log lines yet.")
             return
         cur = view.node_filter
-        nxt = order[0] if cur is None else (
-            order[order.index(cur) + 1] if cur in order and order.index(cur) + 1 < len(order)
-            else None)
+        nxt = (
+            order[0]
+            if cur is None
+            else (
+                order[order.index(cur) + 1]
+                if cur in order and order.index(cur) + 1 < len(order)
+                else None
+            )
+        )
         view.set_node_filter(nxt)
         self.query_one(LogPane).update_status()
 
@@ -561,8 +624,11 @@ class MainScreen(Screen[None]):
         if isinstance(self.app.screen, HelpScreen):
             return
         rows = [(self._key_for(a.id), a.id, a.description, a.mutating) for a in self.offered()]
-        refused = [a.id for a in registry.REGISTRY
-                   if a.core is not None and not self.backend.allows(a.core)]
+        refused = [
+            a.id
+            for a in registry.REGISTRY
+            if a.core is not None and not self.backend.allows(a.core)
+        ]
         self.app.push_screen(HelpScreen(rows, refused))
 
 

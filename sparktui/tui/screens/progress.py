@@ -11,9 +11,15 @@ from textual.widgets import Static
 
 from sparktui.tui.backend import PlanView, Progress
 
-GLYPH = {"pending": ("·", "$muted"), "running": ("▸", "bold $accent"), "ok": ("✓", "$node-ok"),
-         "failed": ("✗", "bold $crash"), "skipped": ("–", "$muted"),
-         "refused": ("⊘", "bold $crash"), "cancelled": ("–", "$log-warning")}
+GLYPH = {
+    "pending": ("·", "$muted"),
+    "running": ("▸", "bold $accent"),
+    "ok": ("✓", "$node-ok"),
+    "failed": ("✗", "bold $crash"),
+    "skipped": ("–", "$muted"),
+    "refused": ("⊘", "bold $crash"),
+    "cancelled": ("–", "$log-warning"),
+}
 
 
 class ProgressScreen(ModalScreen[None]):
@@ -48,15 +54,20 @@ class ProgressScreen(ModalScreen[None]):
             parts.append("\n")
         if self.summary is not None:
             ok, text = self.summary
-            parts += ["\n", ("done: " if ok else "failed: ", "bold $node-ok" if ok else "bold $crash"),
-                      text]
+            parts += [
+                "\n",
+                ("done: " if ok else "failed: ", "bold $node-ok" if ok else "bold $crash"),
+                text,
+            ]
         return Content.assemble(*parts)
 
     def update_progress(self, p: Progress) -> None:
         if 0 <= p.index < len(self.rows):
             self.rows[p.index] = p
         else:
-            self.extra = [e for e in self.extra if (e.node, e.description) != (p.node, p.description)]
+            self.extra = [
+                e for e in self.extra if (e.node, e.description) != (p.node, p.description)
+            ]
             self.extra.append(p)
         self._refresh()
 

@@ -27,8 +27,10 @@ def finding_prompt(f: Finding) -> Content:
     style = SEVERITY_STYLE.get(f.severity, "")
     where = f.node or "cluster"
     return Content.assemble(
-        (SEVERITY_MARK.get(f.severity, "?"), style), " ",
-        (f"{where:<9}", "$muted"), " ",
+        (SEVERITY_MARK.get(f.severity, "?"), style),
+        " ",
+        (f"{where:<9}", "$muted"),
+        " ",
         (f.message or f.title or f.id, style if f.severity == "error" else ""),
         ("  log" if f.source == "log" else "", "$muted"),
     )
@@ -69,8 +71,11 @@ class FindingsList(OptionList):
 
     def set_findings(self, findings: list[Finding]) -> None:
         keys = [finding_key(f) for f in findings]
-        current = self._keys[self.highlighted] if (
-            self.highlighted is not None and self.highlighted < len(self._keys)) else None
+        current = (
+            self._keys[self.highlighted]
+            if (self.highlighted is not None and self.highlighted < len(self._keys))
+            else None
+        )
         new = dict(zip(keys, findings, strict=True))
         if keys == self._keys and all(new[k] == self._findings.get(k) for k in keys):
             return
@@ -80,7 +85,9 @@ class FindingsList(OptionList):
                 self.replace_option_prompt_at_index(i, finding_prompt(f))
         else:
             self._keys = keys
-            self.set_options(Option(finding_prompt(f), id=k) for k, f in zip(keys, findings, strict=True))
+            self.set_options(
+                Option(finding_prompt(f), id=k) for k, f in zip(keys, findings, strict=True)
+            )
             if keys:
                 self.highlighted = keys.index(current) if current in keys else 0
         errors = sum(1 for f in findings if f.severity == "error")
@@ -92,15 +99,21 @@ def render_finding(f: Finding | None, open_key: str = "o") -> Content:
     """The detail panel text. Finding text is data, never markup. A finding that names a
     node offers `open_key`: that node's log, at the finding's line."""
     if f is None:
-        return Content.styled("No findings. Select one to see what it means and how to fix it.",
-                              "$muted")
+        return Content.styled(
+            "No findings. Select one to see what it means and how to fix it.", "$muted"
+        )
     style = SEVERITY_STYLE.get(f.severity, "")
     parts: list[str | tuple[str, str]] = [
-        (f"{f.severity.upper()} ", style), (f.title or f.id, "bold"), "\n",
-        (f"{f.id}", "$muted"), (f" · {f.node or 'cluster'}", "$muted"),
+        (f"{f.severity.upper()} ", style),
+        (f.title or f.id, "bold"),
+        "\n",
+        (f"{f.id}", "$muted"),
+        (f" · {f.node or 'cluster'}", "$muted"),
         (f" · {f.category}" if f.category else "", "$muted"),
         (f" · from the log, line {f.line}" if f.source == "log" and f.line else "", "$muted"),
-        ("\n\n", ""), (f.message, ""), "\n",
+        ("\n\n", ""),
+        (f.message, ""),
+        "\n",
     ]
     if f.fix:  # first: what to do, with the live names and IPs
         parts += ["\n", ("Fix", "bold $node-ok"), "\n", (f.fix.strip(), ""), "\n"]

@@ -25,8 +25,11 @@ class HeaderBar(Horizontal):
         self.set_reactive(HeaderBar.refresh_text, f"refresh {interval:g}s · starting")
 
     def compose(self) -> ComposeResult:
-        yield Label(Content.assemble(("sparktui", "bold"), " · cluster ",
-                                     (self.cluster, "bold")), id="title", markup=False)
+        yield Label(
+            Content.assemble(("sparktui", "bold"), " · cluster ", (self.cluster, "bold")),
+            id="title",
+            markup=False,
+        )
         if self.demo:
             yield Label(" DEMO ", id="badge-demo", classes="badge", markup=False)
         if self.read_only:

@@ -30,15 +30,17 @@ from textual.widgets import Input, Static
 from sparktui.core.logs import stream_trouble
 from sparktui.core.safe_text import clean
 
-ERROR_RE = re.compile(r"\b(?:ERROR|CRITICAL|FATAL)\b|Traceback \(most recent call last\)"
-                      r"|^\w+(?:Error|Exception): |\bError: ")
+ERROR_RE = re.compile(
+    r"\b(?:ERROR|CRITICAL|FATAL)\b|Traceback \(most recent call last\)"
+    r"|^\w+(?:Error|Exception): |\bError: "
+)
 WARNING_RE = re.compile(r"\bWARN(?:ING)?\b")
 HUGE = 2000  # longer lines are shown plain and cut at RENDER_MAX
 RENDER_MAX = 4000
 
 
 def level_of(line: str) -> str:
-    """"error", "warning" or "" from the line's own words; huge lines are not scanned."""
+    """ "error", "warning" or "" from the line's own words; huge lines are not scanned."""
     if len(line) > HUGE:
         return ""
     if ERROR_RE.search(line):
@@ -62,8 +64,12 @@ class LogView(ScrollView, can_focus=True):
     """A line-API view over the pane's entries (only the visible lines are rendered)."""
 
     COMPONENT_CLASSES = {
-        "logview--error", "logview--warning", "logview--finding-error",
-        "logview--finding-warning", "logview--finding-info", "logview--node",
+        "logview--error",
+        "logview--warning",
+        "logview--finding-error",
+        "logview--finding-warning",
+        "logview--finding-info",
+        "logview--node",
     }
     BINDINGS = [
         Binding("G", "scroll_end", "End", show=False),
@@ -114,8 +120,7 @@ class LogView(ScrollView, can_focus=True):
         worked out when a line is first drawn: under a flood most lines never are.
         """
         first_seq = self._seq + 1
-        new = [LogEntry(seq, node, clean(raw))
-               for seq, raw in enumerate(lines, first_seq)]
+        new = [LogEntry(seq, node, clean(raw)) for seq, raw in enumerate(lines, first_seq)]
         if not new:
             return new
         self._seq += len(new)
@@ -374,14 +379,21 @@ class LogPane(Vertical):
         if self._stream:
             parts += ["  ", (self._stream, "bold $log-warning" if self._stream_bad else "$muted")]
         if v.filter_text:
-            parts += ["  filter ", (repr(v.filter_text), "bold"), (f" {len(v.view)} match", "$muted")]
+            parts += [
+                "  filter ",
+                (repr(v.filter_text), "bold"),
+                (f" {len(v.view)} match", "$muted"),
+            ]
         if v.findings_only:
             parts += ["  ", ("findings only", "bold $crash")]
         if v.node_filter is not None:
             parts += ["  node ", (v.node_filter, "bold"), (" (n: next)", "$muted")]
         if v.new_lines:
-            parts += ["  ", (f"↓ {v.new_lines} new lines", "reverse $log-warning"),
-                      (" (End)", "$muted")]
+            parts += [
+                "  ",
+                (f"↓ {v.new_lines} new lines", "reverse $log-warning"),
+                (" (End)", "$muted"),
+            ]
         # one row high (app.tcss): a new text never changes the layout
         self.query_one("#log-status", Static).update(Content.assemble(*parts), layout=False)
 

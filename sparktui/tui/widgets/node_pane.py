@@ -38,8 +38,12 @@ def memory_of(node: NodeState) -> Memory | None:
     util = next((g.utilization_pct for g in node.gpus if g.utilization_pct is not None), None)
     discrete = [g for g in node.gpus if not g.unified and g.memory_total_mib]
     if discrete:
-        return Memory(sum(g.memory_used_mib or 0 for g in discrete),
-                      sum(g.memory_total_mib or 0 for g in discrete), "GPU", util)
+        return Memory(
+            sum(g.memory_used_mib or 0 for g in discrete),
+            sum(g.memory_total_mib or 0 for g in discrete),
+            "GPU",
+            util,
+        )
     unified = [g for g in node.gpus if g.unified]
     for g in unified:
         if g.memory_total_mib:
@@ -74,8 +78,9 @@ def spark(values: list[float], width: int) -> Content:
     return Content.assemble(("history ", MUTED), (cells.rjust(max(0, width)), "$mem-bar"))
 
 
-def render_node(node: NodeState, container_name: str | None = None,
-                backend: str = "ray") -> Content:
+def render_node(
+    node: NodeState, container_name: str | None = None, backend: str = "ray"
+) -> Content:
     """The text part of a node pane (everything but the sparkline). `backend` native: the
     node's rank and its vllm serve process instead of Ray's view."""
     native = backend == "native"
@@ -156,8 +161,12 @@ def render_node(node: NodeState, container_name: str | None = None,
     mem = memory_of(node)
     parts.append(lbl("mem"))
     if mem:
-        parts += [bar(mem.fraction, 16), " ",
-                  f"{_gib(mem.used_mib)}/{_gib(mem.total_mib)} GiB ", (mem.kind, MUTED)]
+        parts += [
+            bar(mem.fraction, 16),
+            " ",
+            f"{_gib(mem.used_mib)}/{_gib(mem.total_mib)} GiB ",
+            (mem.kind, MUTED),
+        ]
         if mem.utilization_pct is not None:
             parts += [("  util ", MUTED), f"{mem.utilization_pct}%"]
     else:
@@ -196,9 +205,11 @@ class NodePane(Vertical):
         self._history: list[float] = []
 
     def compose(self) -> ComposeResult:
-        yield Static(render_node(self._node, self.container_name, self.backend),
-                     classes="node-body",
-                     markup=False)
+        yield Static(
+            render_node(self._node, self.container_name, self.backend),
+            classes="node-body",
+            markup=False,
+        )
         yield Static("", classes="node-history", markup=False)
 
     def on_mount(self) -> None:
@@ -215,7 +226,8 @@ class NodePane(Vertical):
         if not self.is_mounted:
             return
         self.query_one(".node-body", Static).update(
-            render_node(node, self.container_name, self.backend))
+            render_node(node, self.container_name, self.backend)
+        )
         self._history = list(history)
         self._draw_history()
 

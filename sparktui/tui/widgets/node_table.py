@@ -68,7 +68,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("ip", "config IP", lambda n, c: _ip_key(n.configured_ip)),
     Column("ray", "Ray IP", lambda n, c: (not any(ip_problem(n)), _ip_key(n.ray.registered_ip))),
     Column("host", "VLLM_HOST_IP", lambda n, c: _ip_key(n.env.get("VLLM_HOST_IP"))),
-    Column("ctr", "container", lambda n, c: (not any(x.running for x in n.containers), natural(n.name))),
+    Column(
+        "ctr", "container", lambda n, c: (not any(x.running for x in n.containers), natural(n.name))
+    ),
     Column("mem", "memory", lambda n, c: -_mem_frac(n)),
     Column("gpu", "GPU util/W", lambda n, c: -_gpu_util(n)),
     Column("findings", "findings", lambda n, c: (-c[0], -c[1], natural(n.name))),
@@ -83,8 +85,9 @@ def uptime(status: str) -> str:
     return status
 
 
-def row_cells(node: NodeState, counts: tuple[int, int], container_name: str | None,
-              backend: str = "ray") -> list[list[tuple[str, str]]]:
+def row_cells(
+    node: NodeState, counts: tuple[int, int], container_name: str | None, backend: str = "ray"
+) -> list[list[tuple[str, str]]]:
     """Each column's text as (text, theme slot) pieces; the slot names a theme variable
     ("" for the default colour). Pure: the tests read it without a terminal."""
     rank = severity(node, counts)
@@ -96,8 +99,12 @@ def row_cells(node: NodeState, counts: tuple[int, int], container_name: str | No
     if backend == "native":
         cells.append([("— native", "muted")])
     elif reg:
-        cells.append([(reg, "ip-mismatch" if ray_bad else ""),
-                      (" ≠" if ray_bad else " ✓", "ip-mismatch" if ray_bad else "node-ok")])
+        cells.append(
+            [
+                (reg, "ip-mismatch" if ray_bad else ""),
+                (" ≠" if ray_bad else " ✓", "ip-mismatch" if ray_bad else "node-ok"),
+            ]
+        )
     elif node.ray.alive is False:
         cells.append([("not in Ray", "node-down")])
     else:
@@ -115,13 +122,22 @@ def row_cells(node: NodeState, counts: tuple[int, int], container_name: str | No
         if c is None:
             cells.append([("no containers", "node-stale")])
         else:
-            cells.append([(c.state, "node-ok" if c.running else "node-down"),
-                          (f" {uptime(c.status)}" if c.status else "", "muted")])
+            cells.append(
+                [
+                    (c.state, "node-ok" if c.running else "node-down"),
+                    (f" {uptime(c.status)}" if c.status else "", "muted"),
+                ]
+            )
     mem = memory_of(node)
     if mem and node.reachable:
         filled = max(0, min(BAR, round(mem.fraction * BAR)))
-        cells.append([("█" * filled, "mem-bar"), ("░" * (BAR - filled), "mem-free"),
-                      (f" {mem.fraction * 100:3.0f}%", "")])
+        cells.append(
+            [
+                ("█" * filled, "mem-bar"),
+                ("░" * (BAR - filled), "mem-free"),
+                (f" {mem.fraction * 100:3.0f}%", ""),
+            ]
+        )
     else:
         cells.append([("—", "node-stale")])
     util = _gpu_util(node)
@@ -234,11 +250,18 @@ class NodeTable(DataTable[Text]):
             return
         col = next(c for c in COLUMNS if c.key == self.sort_key)
         zero = (0, 0)
-        nodes = sorted(self._states, key=lambda n: col.sort(n, self._counts.get(n.name, zero)),
-                       reverse=self.sort_reverse)
+        nodes = sorted(
+            self._states,
+            key=lambda n: col.sort(n, self._counts.get(n.name, zero)),
+            reverse=self.sort_reverse,
+        )
         order = [n.name for n in nodes]
-        cells = {n.name: row_cells(n, self._counts.get(n.name, zero),
-                                   self.containers.get(n.name), self.backend) for n in nodes}
+        cells = {
+            n.name: row_cells(
+                n, self._counts.get(n.name, zero), self.containers.get(n.name), self.backend
+            )
+            for n in nodes
+        }
         keep = self.selected
         if order != self._order:
             self.clear()
@@ -257,8 +280,7 @@ class NodeTable(DataTable[Text]):
                     continue
                 for i, (a, b) in enumerate(zip(old or [], new, strict=False)):
                     if a != b:
-                        self.update_cell(name, COLUMNS[i].key, self._text(b),
-                                         update_width=True)
+                        self.update_cell(name, COLUMNS[i].key, self._text(b), update_width=True)
                 self._drawn[name] = new
         self._announce()
 
@@ -286,12 +308,20 @@ class NodeDetail(NodePane):
     """The selected node's full pane, beside the node table (id `node-detail`)."""
 
     def __init__(self) -> None:
-        super().__init__(NodeState(name="detail", host="", role="", configured_ip=None,
-                                   error="select a node in the table"))
+        super().__init__(
+            NodeState(
+                name="detail",
+                host="",
+                role="",
+                configured_ip=None,
+                error="select a node in the table",
+            )
+        )
         self.shown: str | None = None  # the node it shows
 
-    def show(self, node: NodeState, history: list[float], container_name: str | None,
-             backend: str) -> None:
+    def show(
+        self, node: NodeState, history: list[float], container_name: str | None, backend: str
+    ) -> None:
         self.shown = node.name
         self.container_name = container_name
         self.backend = backend

@@ -31,10 +31,14 @@ def render_vllm(v: VllmStatus, port: int) -> Content:
         parts += [" ", (v.detail[:60], "$muted")]
     kv = None if v.kv_cache_pct is None else v.kv_cache_pct
     parts += [
-        ("  │ running ", "$muted"), _num(v.running),
-        ("  waiting ", "$muted"), (_num(v.waiting), "bold $log-warning" if (v.waiting or 0) > 0 else ""),
-        ("  KV cache ", "$muted"), _num(kv, "{:.1f}%"),
-        ("  tokens/s ", "$muted"), _num(v.tokens_per_s, "{:.1f}"),
+        ("  │ running ", "$muted"),
+        _num(v.running),
+        ("  waiting ", "$muted"),
+        (_num(v.waiting), "bold $log-warning" if (v.waiting or 0) > 0 else ""),
+        ("  KV cache ", "$muted"),
+        _num(kv, "{:.1f}%"),
+        ("  tokens/s ", "$muted"),
+        _num(v.tokens_per_s, "{:.1f}"),
     ]
     parts += _latency_parts(v)
     parts += [("  │ :", "$muted"), (str(port), "$muted")]
@@ -45,11 +49,19 @@ def render_vllm(v: VllmStatus, port: int) -> Content:
 
 def _phase_parts(v: VllmStatus) -> list[str | tuple[str, str]]:
     """` · loading weights ▕██████░░░░▏ 62% ETA 0:04` (bar and ETA only where vLLM gives them)."""
-    out: list[str | tuple[str, str]] = [("  · ", "$muted"), (v.phase_label or v.phase or "", "bold")]
+    out: list[str | tuple[str, str]] = [
+        ("  · ", "$muted"),
+        (v.phase_label or v.phase or "", "bold"),
+    ]
     if v.phase_progress is not None:
         filled = round(v.phase_progress * 10)
-        out += [" ▕", ("█" * filled, "$mem-bar"), ("░" * (10 - filled), "$mem-free"), "▏ ",
-                f"{v.phase_progress * 100:.0f}%"]
+        out += [
+            " ▕",
+            ("█" * filled, "$mem-bar"),
+            ("░" * (10 - filled), "$mem-free"),
+            "▏ ",
+            f"{v.phase_progress * 100:.0f}%",
+        ]
     if v.phase_eta_s is not None:
         out += [("  ETA ", "$muted"), format_seconds(v.phase_eta_s)]
     return out
@@ -63,7 +75,11 @@ def _latency_parts(v: VllmStatus) -> list[str | tuple[str, str]]:
     """`  TTFT 37/94 ms  ITL 21/49 ms  prompt 12.3/s` (p50/p95, last minute), when known."""
     out: list[str | tuple[str, str]] = []
     if v.ttft_p50_s is not None:
-        out += [("  TTFT ", "$muted"), f"{_ms(v.ttft_p50_s)}/{_ms(v.ttft_p95_s)}", (" ms", "$muted")]
+        out += [
+            ("  TTFT ", "$muted"),
+            f"{_ms(v.ttft_p50_s)}/{_ms(v.ttft_p95_s)}",
+            (" ms", "$muted"),
+        ]
     if v.itl_p50_s is not None:
         out += [("  ITL ", "$muted"), f"{_ms(v.itl_p50_s)}/{_ms(v.itl_p95_s)}", (" ms", "$muted")]
     if v.prompt_tokens_per_s is not None and (v.ttft_p50_s is not None or v.prompt_tokens_per_s):
