@@ -29,7 +29,8 @@ def test_ere_translation_is_accepted_by_grep_and_equivalent_on_examples(tmp_path
 
 def test_tiny_run_reports_time_reference_and_ratio(tmp_path):
     rows = b.measure(size_mb=2, repeat=1, workdir=str(tmp_path))
-    [row] = rows
+    row = rows[0]  # the engine in use; with Hyperscan, a second row reports RE2 (no target)
+    assert len(rows) in (1, 2) and all(r["figure"] for r in rows)
     assert row["value"] > 0 and row["mb_per_s"] > 0
     assert re.match(r"diagnose 2 MB vLLM log", row["figure"])
     if shutil.which("grep"):
