@@ -10,6 +10,7 @@ every container still runs.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -147,7 +148,10 @@ def test_console_in_tmux_against_the_lab(lab_worker_only, console_env, tmp_path)
         line = pg_line(head.ic_ip)
         lab.append_line(head, log_path, line)
         screen = rw.wait_for(
-            lambda s: "▶ (autoscaler" in s, timeout=30, what="the crash line marked in the log pane"
+            # the pane tags each line with its node: "▶ spark-1 (autoscaler ..."
+            lambda s: re.search(r"▶ (?:\S+ )?\(autoscaler", s) is not None,
+            timeout=30,
+            what="the crash line marked in the log pane",
         )
         ansi = rw.screen_ansi()
         marked = next(r for r in ansi.splitlines() if "▶" in r and "autoscaler" in r)
