@@ -228,12 +228,14 @@ def triage(
     )
     # a log that shows the server serving is not failed for its warnings' words alone
     failed = fallback or (signals and not healthy)
-    if hints and failed and not any(g.role in ("primary", "generic") for g in ordered):
+    # hints and the unrecognised error speak of a whole log: a complete one (a file, a pasted
+    # excerpt, a failed serve), never a stream that is still being written
+    if final and hints and failed and not any(g.role in ("primary", "generic") for g in ordered):
         hinted = _hinted(hints, kb, {f.category for f in out})
         if hinted is not None:
             out.insert(named, hinted)
             named += 1
-    if fallback and quiet:
+    if final and fallback and quiet:
         out.insert(named, _unrecognised(fallback, kb))
     return out
 
