@@ -47,6 +47,7 @@ class Lifecycle:
         self._bars: dict[str, _Mark] = {}  # rank key -> (done, total) of its bar
         self._history: deque[tuple[float, VllmStatus]] = deque()
         self.log_mtime: float | None = None  # the log's last write (Unix time), if known
+        self._served: tuple[bool, float | None] | None = None  # healthy seen, for this start
 
     # ------------------------------------------------------------------ feeding
 
@@ -79,7 +80,9 @@ class Lifecycle:
 
     def _phase_fields(self, v: VllmStatus) -> None:
         tl = self.timeline
+        start = tl.started_at if tl is not None else None
         if v.healthy:
+            self._served = (True, start)
             v.phase, v.phase_label, v.phase_progress, v.phase_eta_s = (
                 "ready",
                 LABELS["ready"],
@@ -91,6 +94,8 @@ class Lifecycle:
         if tl is None or tl.phase is None:
             return
         phase = tl.phase
+        if phase == "ready" and self._served == (True, start):
+            return  # it served, then stopped answering: not serving, not starting
         if phase == "ready" and v.healthy is None:
             phase = "api-server"  # the log says ready but /health does not answer (yet)
         v.phase, v.phase_label = phase, LABELS.get(phase, phase)

@@ -175,3 +175,18 @@ def test_serve_wait_says_the_phase_and_where_it_stopped() -> None:
     verdict, msg = serve_wait_verdict(died)
     assert verdict == "failed" and "start-up phase: loading weights" in msg
     assert serve_wait_verdict(Result(0, "healthy (HTTP 200)\n", "")) == ("ok", "healthy (HTTP 200)")
+
+
+def test_a_server_that_served_then_stopped_answering_is_not_starting() -> None:
+    """The whole healthy log reads 'ready'; /health then stops answering (a worker died):
+    the strip must not say 'starting API server' for a run that already served."""
+    body = _raw(HEALTHY)
+    tl, _ = parse_log_tail(f"mtime=1795999607 size={len(body.encode())}\n" + body)
+    assert tl is not None and tl.phase == "ready"
+    lc = Lifecycle(60)
+    lc.feed_timeline(tl, 0.0)
+    before = lc.feed_status(VllmStatus(), 0.0)  # ready in the log, /health not yet
+    assert before.phase == "api-server"
+    assert lc.feed_status(VllmStatus(healthy=True), 1.0).phase == "ready"
+    after = lc.feed_status(VllmStatus(healthy=None, detail="not reachable"), 2.0)
+    assert after.phase is None
