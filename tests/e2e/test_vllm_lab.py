@@ -57,6 +57,7 @@ from sparktui.core.ssh import transport_for
 from sparktui.knowledge import Diagnosis, Matcher, join, load_for_config
 from sparktui.tui.app import SparkApp
 from sparktui.tui.live import LiveBackend
+from sparktui.tui.screens.doctor import DoctorScreen
 from sparktui.tui.screens.progress import ProgressScreen
 from sparktui.tui.widgets.findings import FindingDetail, FindingsList, finding_key
 from sparktui.tui.widgets.node_pane import NodePane
@@ -619,9 +620,9 @@ async def test_seed_failure_in_the_console(vllm_lab, seed_cfg, state_home, run_i
         assert f"VLLM_HOST_IP {head.ext_ip}  ≠ MISMATCH" in pane_text(app, "spark-1")
         # d: doctor, the same finding
         await pilot.press("d")
-        await until(
+        await until(  # the finished doctor shows its checks x nodes matrix
             pilot,
-            lambda: isinstance(app.screen, ProgressScreen) and app.screen.summary is not None,
+            lambda: app.running_action is None and isinstance(app.screen, DoctorScreen),
             60,
             "doctor to finish",
         )
