@@ -516,9 +516,14 @@ class MainScreen(Screen[None]):
         if message.action == "doctor":
             self.doctor_findings = list(message.findings)
             self._show_findings()
-            if message.matrix:  # the matrix replaces the finished progress
-                if self._progress is not None and self.app.screen is self._progress:
-                    self._progress.dismiss()
+            # the matrix replaces the finished progress; a progress the operator hid stays
+            # hidden (the findings are in the list, d runs the doctor again)
+            if (
+                message.matrix
+                and self._progress is not None
+                and (self.app.screen is self._progress)
+            ):
+                self._progress.dismiss()
                 self.app.push_screen(DoctorScreen(message.matrix, list(message.findings)))
         self.notify(
             f"{message.action}: {message.summary}",
