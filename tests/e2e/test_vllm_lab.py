@@ -685,9 +685,9 @@ async def test_seed_failure_in_the_console(vllm_lab, seed_cfg, state_home, run_i
             flist.highlighted = flist._keys.index(key)
             await until(
                 pilot,
-                lambda: names_node_var_and_ips(detail_text(app), lab),
+                lambda: "On this cluster:" in detail_text(app),
                 10,
-                "the detail to show the live fix",
+                "the detail to show the log finding's live fix",
             )
             text = detail_text(app)
             assert names_node_var_and_ips(text, lab), text
