@@ -155,7 +155,9 @@ class LiveBackend(Backend):
         return [
             LogMark(h.line, h.pattern.severity, h.pattern.id)
             for h in hits
-            if h.pattern.role not in ("benign", "context")
+            # a line is marked for a signature; weak hits (hints, signals, the fallback,
+            # healthy markers) only matter to the whole log's diagnosis
+            if h.pattern.role not in ("benign", "context", "hint", "signal", "fallback", "healthy")
         ]
 
     def log_findings(self, snapshot: ClusterSnapshot | None) -> list[Finding]:
