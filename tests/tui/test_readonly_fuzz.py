@@ -108,12 +108,13 @@ async def drive(cfg: config.Config, keys: list[str]) -> tuple[SparkApp, dict]:
     app = SparkApp(backend)
     seen: dict = {"reachable": set()}
     async with app.run_test(size=SIZE) as pilot:
-        # the head's first probe reads the Ray table; the asserts below say if it never came
+        # the head's first probe reads the Ray table (a Python start in its container: slow
+        # when the whole suite loads the 2 cores); the asserts below say if it never came
         with contextlib.suppress(AssertionError):
             await wait_until(
                 pilot,
                 lambda: app.snapshot is not None and all(n.reachable for n in app.snapshot.nodes),
-                30,
+                90,
             )
         for key in [*keys, PAUSE]:
             if app.snapshot is not None:  # every node answered at some point (not stale)
