@@ -19,13 +19,10 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
-import signal
-import tempfile
 import time
-from pathlib import Path
 
 from bench.common import Row, limit_row
-from bench.refresh_bench import _fanout, _loopback_sshd
+from bench.refresh_bench import fanout_row
 from sparktui import config
 
 
@@ -35,37 +32,7 @@ def _cpu() -> float:
 
 
 def _fanout_row(quick: bool, n_nodes: int = 128) -> Row:
-    seconds, port = (10 if quick else 30), 22023
-    with tempfile.TemporaryDirectory(prefix="sparktui-bench-") as tmp:
-        d = Path(tmp)
-        procs = _loopback_sshd(n_nodes, port, d)
-        try:
-            time.sleep(0.5)
-            nodes = "\n".join(
-                f"  - {{name: n{i:03d}, host: 127.0.1.{i}, ip: 127.0.1.{i}"
-                + (", role: head}" if i == 1 else "}")
-                for i in range(1, n_nodes + 1)
-            )
-            cfg = config.parse(
-                f"cluster: {{name: fanout}}\nrefresh_interval: 1\n"
-                f"ssh: {{user: root, port: {port}, identity_file: {d}/id, "
-                f"known_hosts: {d}/known_hosts}}\nnodes:\n{nodes}\n",
-                "fanout.yaml",
-            )
-            cpu, ticks, reachable, probes = asyncio.run(_fanout(cfg, seconds))
-        finally:
-            for proc in procs:
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(10)
-    pct = 100 * cpu / seconds
-    return limit_row(
-        f"{n_nodes} nodes at 1 Hz: CPU of one core",
-        pct,
-        "%",
-        25,
-        note=f"{ticks} ticks, {reachable}/{n_nodes} reachable, "
-        f"{probes / seconds:.0f} probes/s answered",
-    )
+    return fanout_row(n_nodes, 10 if quick else 30, 22023)
 
 
 async def _console(cfg: config.Config, idle_s: float, keys: int) -> tuple[float, float, float]:
