@@ -7,12 +7,15 @@ from sparktui.core.model import (
     ClusterSnapshot,
     Finding,
     NodeState,
+    PlacementGroup,
     RayNode,
     ip_mismatch,
+    node_resources,
     sort_findings,
 )
 
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
+PG_PENDING_WARN_S = 60.0  # a placement group waiting longer than this is a warning
 
 
 def _iface_of(node: NodeState, ip: str | None) -> str:
@@ -161,6 +164,7 @@ def check(snapshot: ClusterSnapshot, cfg: Config) -> list[Finding]:
             )
     if ray_known:
         out.extend(_cluster_ray_findings(snapshot, cfg))
+        out.extend(pending_findings(snapshot, cfg))
     from sparktui.core import native
 
     if native_mode:
@@ -223,4 +227,127 @@ def _cluster_ray_findings(snapshot: ClusterSnapshot, cfg: Config) -> list[Findin
                     fix="Add it to nodes: in the config, or stop Ray on that machine.",
                 )
             )
+    return out
+
+
+# --- what Ray cannot place: its pending placement groups and demands ---------------------
+
+
+def _shapes(pg: PlacementGroup) -> str:
+    return ", ".join(str({k: round(v, 4) for k, v in b.items()}) for b in pg.bundles)
+
+
+def _known_ips(snapshot: ClusterSnapshot, alive: list[RayNode]) -> str:
+    """Ray's alive node IPs, each with the configured node that owns it."""
+    out = []
+    for r in alive:
+        owner = next((n.name for n in snapshot.nodes if ray_entry_for(n, [r])), None)
+        out.append(f"{r.ip} ({owner})" if owner else r.ip)
+    return ", ".join(out) or "none"
+
+
+def _node_missing(
+    snapshot: ClusterSnapshot, cfg: Config, ip: str, what: str, alive: list[RayNode]
+) -> Finding:
+    owner = snapshot.node_by_ip(ip)
+    entry = ray_entry_for(owner, alive) if owner else None
+    head = snapshot.node(cfg.head.name)
+    head_entry = ray_entry_for(head, alive) if head else None
+    if owner and entry:
+        where = f"{ip} is an address of {owner.name}, which Ray knows as {entry.ip}"
+        fix = (
+            f"Make the two agree on {owner.name}: set VLLM_HOST_IP={entry.ip} in its container, "
+            f"or restart Ray there with --node-ip-address {ip} (sparktui restart sets both to "
+            f"the configured ip)."
+        )
+    elif owner:
+        where = f"{ip} is an address of {owner.name}, which is not in Ray"
+        fix = (
+            f"Start Ray on {owner.name} with --node-ip-address {ip} and VLLM_HOST_IP={ip} "
+            f"(sparktui restart does both)."
+        )
+    else:
+        where = f"{ip} belongs to no configured node"
+        known = head_entry.ip if head_entry else "the IP Ray knows it by"
+        fix = (
+            f"Set VLLM_HOST_IP on the node that runs the vLLM engine ({cfg.head.name}) to "
+            f"{known}, the IP Ray knows it by ({ip} is on none of the configured nodes)."
+        )
+    return Finding(
+        "pg-node-missing",
+        "error",
+        owner.name if owner else None,
+        f"{what} asks node:{ip}, which no alive Ray node has ({where}; Ray's nodes: "
+        f"{_known_ips(snapshot, alive)}): it will wait forever",
+        fix=fix + " This is vLLM's placement-group hang (VLLM_HOST_IP vs Ray's node IP).",
+        captures={"ip": ip},
+    )
+
+
+def pending_findings(snapshot: ClusterSnapshot, cfg: Config) -> list[Finding]:
+    """Findings on what Ray cannot place: a pending placement group (or demand) pinned to a
+    `node:<ip>` no alive node has (`pg-node-missing`), one asking more GPUs than the alive
+    nodes have (`pg-not-enough-gpus`), else one waiting more than PG_PENDING_WARN_S
+    (`pg-pending`). Created groups are no finding."""
+    out: list[Finding] = []
+    alive = [r for r in snapshot.ray_nodes if r.alive]
+    ips = {r.ip for r in alive}
+    have = sum(r.gpus for r in alive)
+    per_node = max((r.gpus for r in alive), default=0.0)
+    reported: set[str] = set()
+    for pg in snapshot.pending_pgs:
+        found = False
+        for ip in dict.fromkeys(x for b in pg.bundles for x in node_resources(b)):
+            if ip not in ips:
+                out.append(_node_missing(snapshot, cfg, ip, f"Placement group {pg.label}", alive))
+                reported.add(ip)
+                found = True
+        need = pg.gpus()
+        biggest = max((float(b.get("GPU", 0.0)) for b in pg.bundles), default=0.0)
+        one_node = pg.strategy == "STRICT_PACK"
+        if need > have or biggest > per_node or (one_node and need > per_node):
+            limit = (
+                f"{per_node:g} on the biggest node"
+                if biggest > per_node or one_node
+                else f"{have:g} on {len(alive)} alive node(s)"
+            )
+            out.append(
+                Finding(
+                    "pg-not-enough-gpus",
+                    "error",
+                    None,
+                    f"Placement group {pg.label} asks {need:g} GPUs "
+                    f"({len(pg.bundles)} bundle(s), largest {biggest:g}"
+                    f"{', ' + pg.strategy if pg.strategy else ''}), Ray has {limit}: "
+                    "it cannot be placed",
+                    fix="Bring every node into Ray (sparktui restart), or lower "
+                    "--tensor-parallel-size x --pipeline-parallel-size to the GPUs Ray has.",
+                )
+            )
+            found = True
+        if not found and (pg.age_s or 0.0) > PG_PENDING_WARN_S:
+            state = pg.scheduling_state or pg.state
+            out.append(
+                Finding(
+                    "pg-pending",
+                    "warning",
+                    None,
+                    f"Placement group {pg.label} has waited {pg.age_s:.0f}s ({state}) for "
+                    f"bundles {_shapes(pg)}",
+                    fix="See what holds the resources: ray status and ray list placement-groups "
+                    "in the head container; a stale detached group needs "
+                    "ray.util.remove_placement_group.",
+                )
+            )
+    for d in snapshot.ray_demands:
+        for shape, _ in d.shapes:
+            for ip in node_resources(shape):
+                if ip not in ips and ip not in reported:
+                    what = (
+                        "A pending placement group"
+                        if d.kind == "placement_group"
+                        else ("A pending task/actor")
+                    )
+                    out.append(_node_missing(snapshot, cfg, ip, what, alive))
+                    reported.add(ip)
     return out

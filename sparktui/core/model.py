@@ -102,6 +102,53 @@ class RayView:
     death_reason: str = ""
 
 
+PG_PENDING_STATES = ("PENDING", "PREPARED", "RESCHEDULING")  # not placed (yet, or again)
+
+
+@dataclass
+class PlacementGroup:
+    """One of Ray's placement groups (the GCS's table, or the dashboard's
+    `/api/v0/placement_groups`). REMOVED ones stay in Ray's table a while; the parsers drop
+    them."""
+
+    pg_id: str
+    name: str
+    state: str  # PENDING | PREPARED | CREATED | RESCHEDULING
+    bundles: list[dict[str, float]] = field(default_factory=list)  # unit resources, in order
+    strategy: str = ""  # PACK | SPREAD | STRICT_PACK | STRICT_SPREAD ('' = not given)
+    scheduling_state: str = ""  # INFEASIBLE | NO_RESOURCES | QUEUED | FINISHED | ...
+    detached: bool | None = None
+    age_s: float | None = None  # how long it has existed (the head's clock), when known
+
+    @property
+    def pending(self) -> bool:
+        return self.state in PG_PENDING_STATES
+
+    @property
+    def label(self) -> str:
+        return f"'{self.name}'" if self.name else self.pg_id[:12]
+
+    def gpus(self) -> float:
+        return sum(float(b.get("GPU", 0.0)) for b in self.bundles)
+
+
+@dataclass
+class RayDemand:
+    """One line of `ray status`'s Pending Demands: resource shapes Ray cannot place now."""
+
+    kind: Literal["placement_group", "task"]
+    shapes: list[tuple[dict[str, float], int]]  # (bundle, how many of it)
+    count: int  # the N of `N+ pending ...`
+    strategy: str = ""  # placement groups only
+    text: str = ""  # the line as Ray printed it
+
+
+def node_resources(resources: dict[str, float]) -> list[str]:
+    """The addresses a bundle pins with `node:<ip>` (Ray's own `node:__internal_head__`
+    left out)."""
+    return [k[5:] for k in resources if k.startswith("node:") and not k.startswith("node:__")]
+
+
 @dataclass
 class Interface:
     name: str
@@ -179,7 +226,11 @@ class ClusterSnapshot:
     nodes: list[NodeState]
     ray_nodes: list[RayNode] = field(default_factory=list)
     ray_source: str | None = None  # which node answered the Ray table, or None
+    ray_via: str | None = None  # how it was read: dashboard | python
     ray_error: str | None = None
+    ray_pgs: list[PlacementGroup] = field(default_factory=list)  # placement groups, not REMOVED
+    ray_demands: list[RayDemand] = field(default_factory=list)  # `ray status` Pending Demands
+    ray_pending_error: str | None = None  # why the two above could not be read
     vllm: VllmStatus = field(default_factory=VllmStatus)
     findings: list[Finding] = field(default_factory=list)
     taken_at: float = field(default_factory=time.time)
@@ -192,6 +243,10 @@ class ClusterSnapshot:
             if n.name == name:
                 return n
         return None
+
+    @property
+    def pending_pgs(self) -> list[PlacementGroup]:
+        return [p for p in self.ray_pgs if p.pending]
 
     def node_by_ip(self, ip: str) -> NodeState | None:
         """The configured node that owns `ip` (configured, registered, or on an interface)."""

@@ -19,7 +19,15 @@ from sparktui.config import Config
 from sparktui.core import checks
 from sparktui.core.command import Result
 from sparktui.core.lifecycle import Lifecycle
-from sparktui.core.model import ClusterSnapshot, NodeState, RayView, VllmStatus, sort_findings
+from sparktui.core.model import (
+    ClusterSnapshot,
+    NodeState,
+    PlacementGroup,
+    RayDemand,
+    RayView,
+    VllmStatus,
+    sort_findings,
+)
 from sparktui.core.phases import parse_log_tail
 from sparktui.core.probes import script as probe_script
 from sparktui.core.probes.ray import dedupe_by_ip
@@ -69,6 +77,11 @@ class Monitor:
         self._ray_read_at: float | None = None
         self._ray_key_read: tuple | None = None  # _ray_key() when the table was last read
         self._gcs_peers: tuple[str, ...] | None = None  # from the head's last probe
+        # what Ray cannot place (read with the table), and when each group was first seen
+        self._ray_pgs: list[PlacementGroup] = []
+        self._ray_demands: list[RayDemand] = []
+        self._ray_pending_error: str | None = None
+        self._pg_first_seen: dict[str, float] = {}
         self._vllm = VllmStatus()
         self._last_tokens: tuple[float, float] | None = None
         self.lifecycle = Lifecycle(cfg.vllm.stall_seconds)  # phases, stalls, latency
@@ -138,10 +151,26 @@ class Monitor:
                 self._ray_via = parsed.ray_source
                 self._ray_read_at = time.monotonic()
                 self._ray_key_read = self._ray_key(state)
+                self._read_pending(parsed)
             self._vllm = sanitize(self._vllm_status(parsed))
             self._read_phase(parsed.vllm_log_tail)
             self.lifecycle.feed_status(self._vllm, time.monotonic())
         return state
+
+    def _read_pending(self, parsed: probe_script.ProbeResult) -> None:
+        """The placement groups and pending demands read with the Ray table; a group's age
+        is the head's own figure (dashboard) or, without one, since this monitor first saw
+        it."""
+        now = time.monotonic()
+        pgs = sanitize(parsed.ray_pgs or [])
+        seen = {}
+        for pg in pgs:
+            first = seen[pg.pg_id] = self._pg_first_seen.get(pg.pg_id, now)
+            pg.age_s = max(pg.age_s or 0.0, now - first)
+        self._pg_first_seen = seen
+        self._ray_pgs = pgs
+        self._ray_demands = sanitize(parsed.ray_demands or [])
+        self._ray_pending_error = parsed.ray_pending_error and clean_text(parsed.ray_pending_error)
 
     def _read_phase(self, tail: str | None) -> None:
         """While vLLM is not healthy (and once at the start), the end of its log on the head,
@@ -211,9 +240,21 @@ class Monitor:
         every = self.tick % RAY_EVERY == 0
         if self._gcs_peers is None or self._ray_via == "dashboard" or self._ray_error:
             return every
+        if self._watch_pending():
+            return every
         if self._ray_read_at is None or time.monotonic() - self._ray_read_at >= RAY_MAX_AGE:
             return True
         return self._ray_key() != self._ray_key_read
+
+    def _watch_pending(self) -> bool:
+        """While something waits on Ray (a placement group or demand not placed) or vLLM is
+        starting on the head (it asks for its placement group then), the table and what Ray
+        cannot place are read every RAY_EVERY ticks: a GCS client on the head itself does
+        not change the peer list."""
+        if any(p.pending for p in self._ray_pgs) or self._ray_demands:
+            return True
+        head = self.states.get(self.cfg.head.name)
+        return bool(head and head.vllm_argv is not None and not self._vllm.healthy)
 
     async def refresh(
         self, *, wait: float | None = None, with_ray: bool | None = None
@@ -274,9 +315,15 @@ class Monitor:
             vllm=self._vllm,
             tick=self.tick,
         )
+        if ray_error is None:
+            snap.ray_via = self._ray_via
+            snap.ray_pgs, snap.ray_demands = list(self._ray_pgs), list(self._ray_demands)
+            snap.ray_pending_error = self._ray_pending_error
         self._set_backend(snap)
         if snap.backend == "native":  # no Ray: nothing about it is shown or checked
             snap.ray_nodes, snap.ray_source, snap.ray_error = [], None, None
+            snap.ray_pgs, snap.ray_demands, snap.ray_pending_error = [], [], None
+            snap.ray_via = None
         for node in nodes:
             entry = (
                 checks.ray_entry_for(node, snap.ray_nodes)

@@ -88,6 +88,37 @@ def vllm_lifecycle_dict(v: VllmStatus) -> dict[str, Any]:
     }
 
 
+def pending_to_dict(s: ClusterSnapshot) -> dict[str, Any]:
+    """`ray.pending`: the placement groups Ray has not placed and `ray status`'s Pending
+    Demands (both empty when Ray was not read)."""
+    return {
+        "error": s.ray_pending_error,
+        "placement_groups": [
+            {
+                "id": p.pg_id,
+                "name": p.name or None,
+                "state": p.state,
+                "scheduling_state": p.scheduling_state or None,
+                "strategy": p.strategy or None,
+                "detached": p.detached,
+                "age_s": _r(p.age_s, 1),
+                "bundles": p.bundles,
+            }
+            for p in s.pending_pgs
+        ],
+        "demands": [
+            {
+                "kind": d.kind,
+                "count": d.count,
+                "strategy": d.strategy or None,
+                "bundles": [{"resources": b, "count": n} for b, n in d.shapes],
+                "text": d.text,
+            }
+            for d in s.ray_demands
+        ],
+    }
+
+
 def snapshot_to_dict(s: ClusterSnapshot) -> dict[str, Any]:
     v = s.vllm
     return {
@@ -96,6 +127,7 @@ def snapshot_to_dict(s: ClusterSnapshot) -> dict[str, Any]:
         "nodes": [node_to_dict(n) for n in s.nodes],
         "ray": {
             "source": s.ray_source,
+            "via": s.ray_via,
             "error": s.ray_error,
             "nodes": [
                 {
@@ -107,6 +139,7 @@ def snapshot_to_dict(s: ClusterSnapshot) -> dict[str, Any]:
                 }
                 for r in s.ray_nodes
             ],
+            "pending": pending_to_dict(s),
         },
         "vllm": {
             "healthy": v.healthy,

@@ -43,7 +43,13 @@ ray_block() {
       J=$(curl -s -m 2 "http://127.0.0.1:$DPORT/api/v0/nodes?limit=10000" 2>/dev/null)
       case $J in
         *'"result": true'*|*'"result":true'*)
-          beg ray_dashboard; printf '%s' "$J"; fin ray_dashboard rc=0; DONE=1 ;;
+          beg ray_dashboard; printf '%s' "$J"; fin ray_dashboard rc=0; DONE=1
+          # what Ray cannot place: its placement groups (with the head's clock, for their
+          # age) and `ray status`'s Pending Demands (core/probes/ray_pending.py)
+          P=$(curl -s -m 2 "http://127.0.0.1:$DPORT/api/v0/placement_groups?detail=true&limit=10000" 2>&1); r=$?
+          beg ray_pgs; printf 'now=%s\n%s' "$(date +%s 2>/dev/null)" "$P"; fin ray_pgs "rc=$r"
+          P=$(curl -s -m 2 "http://127.0.0.1:$DPORT/api/cluster_status?format=1" 2>&1); r=$?
+          beg ray_status; printf '%s' "$P"; fin ray_status "rc=$r" ;;
       esac
     fi
     if [ "$DONE" = 0 ]; then
@@ -52,9 +58,10 @@ ray_block() {
       elif [ -z "$C" ]; then mark ray skipped:no-container
       elif [ "$RUNNING" != 1 ]; then mark ray skipped:container-not-running
       else
-        # $1 and $2 belong to the inner sh (the timeout and ray_nodes.py), not to this one
+        # $1 and $2 belong to the inner sh (the timeout and ray_nodes.py), not to this one;
+        # `pending`: the snippet also prints the placement groups and the pending demands
         # shellcheck disable=SC2016
-        run ray T "$((RAYT + 2))" docker exec "$C" sh -c 'if command -v timeout >/dev/null 2>&1; then exec timeout "$1" python3 -c "$2"; else exec python3 -c "$2"; fi' sh "$RAYT" "$SNIP"
+        run ray T "$((RAYT + 2))" docker exec "$C" sh -c 'if command -v timeout >/dev/null 2>&1; then exec timeout "$1" python3 -c "$2" pending; else exec python3 -c "$2" pending; fi' sh "$RAYT" "$SNIP"
       fi
     fi
   fi

@@ -21,7 +21,9 @@ fails, addr4 + link with `ip -o`), containers (`docker ps -a ... {{json .}}`), e
 container's vLLM-serve process environment, else its PID 1's, read *inside* the container
 with `docker exec`, so no root is needed on the host; only when the container runs), gpus and
 gpu_apps (nvidia-smi), meminfo; on the head only: ray_dashboard (`/api/v0/nodes` on
-127.0.0.1) or ray (`ray.nodes()` via `docker exec <c> python3 -c RAY_NODES_SNIPPET`), and
+127.0.0.1) with ray_pgs and ray_status (its placement groups and `ray status` text), or ray
+(`ray.nodes()`, the placement groups and the pending demands via `docker exec <c> python3 -c
+RAY_NODES_SNIPPET pending`), and
 health / metrics / version of the vLLM server on 127.0.0.1:<port> (curl, else python3).
 """
 
@@ -39,6 +41,8 @@ from sparktui.core.model import (
     GpuProcess,
     Interface,
     NodeState,
+    PlacementGroup,
+    RayDemand,
     RayNode,
     VllmStatus,
 )
@@ -48,6 +52,11 @@ from sparktui.core.probes.gpu import parse_compute_apps, parse_gpu_query
 from sparktui.core.probes.meminfo import MemInfo, parse_meminfo
 from sparktui.core.probes.network import parse_ip_json, parse_ip_text
 from sparktui.core.probes.ray import RAY_NODES_SNIPPET, parse_ray_nodes
+from sparktui.core.probes.ray_pending import (
+    parse_cluster_status,
+    parse_pgs_dashboard,
+    parse_snippet_pending,
+)
 from sparktui.core.probes.vllm_metrics import health_from_code, parse_vllm_metrics
 from sparktui.remote import script
 
@@ -179,6 +188,10 @@ class ProbeResult:
     ray_nodes: list[RayNode] | None = None  # None: not asked (worker, or skipped this tick)
     ray_source: str | None = None  # dashboard | python
     ray_error: str | None = None
+    # what Ray cannot place, read with the table (None: not read this time)
+    ray_pgs: list[PlacementGroup] | None = None
+    ray_demands: list[RayDemand] | None = None
+    ray_pending_error: str | None = None
     gcs_peers: tuple[str, ...] | None = (
         None  # remote ip:port on Ray's GCS port (head); None: not listed
     )
@@ -311,6 +324,29 @@ def _ray(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
         res.ray_nodes, res.ray_error = parse_ray_nodes(sec.body)
         if res.ray_error and sec.rc not in (0, None):
             res.ray_error = f"{res.ray_error} ({sec.error()})"
+        if res.ray_error is None:
+            res.ray_pgs, res.ray_demands, res.ray_pending_error = parse_snippet_pending(sec.body)
+
+
+def _pending_error(res: ProbeResult, err: str | None) -> None:
+    if err:
+        res.ray_pending_error = "; ".join(x for x in (res.ray_pending_error, err) if x)
+
+
+def _ray_pgs(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
+    if sec.ok:
+        res.ray_pgs, err = parse_pgs_dashboard(sec.body)
+    else:
+        res.ray_pgs, err = [], f"dashboard placement groups: {sec.error()}"
+    _pending_error(res, err)
+
+
+def _ray_status(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
+    if sec.ok:
+        res.ray_demands, err = parse_cluster_status(sec.body)
+    else:
+        res.ray_demands, err = [], f"dashboard cluster status: {sec.error()}"
+    _pending_error(res, err)
 
 
 def _hex_ip(h: str) -> str:
@@ -413,7 +449,10 @@ SECTIONS: tuple[SectionSpec, ...] = (
     SectionSpec("gpu_apps", "gpu_processes", _gpu_apps, tool="nvidia-smi"),
     SectionSpec("env", "env", _env),  # also env_pid, env_source, vllm_argv
     SectionSpec("ray_dashboard", "ray_nodes", _ray_dashboard),  # also ray_source, ray_error
-    SectionSpec("ray", "ray_nodes", _ray),  # the Python route; also ray_source, ray_error
+    SectionSpec("ray", "ray_nodes", _ray),  # the Python route; also ray_source, ray_error,
+    # and (its @@PGS@@ / @@STATUS@@ lines) ray_pgs, ray_demands, ray_pending_error
+    SectionSpec("ray_pgs", "ray_pgs", _ray_pgs),  # dashboard: /api/v0/placement_groups
+    SectionSpec("ray_status", "ray_demands", _ray_status),  # dashboard: /api/cluster_status
     SectionSpec("gcs_conns", "gcs_peers", _gcs_conns, tool="awk"),  # who is on Ray's GCS
     SectionSpec("health", "vllm", _health, tool="curl or python3"),  # also vllm_http_code
     SectionSpec("metrics", "vllm", _metrics),

@@ -240,6 +240,9 @@ class MainScreen(Screen[None]):
             )
         if snap.ray_error and snap.ray_error != "not read yet":
             text += f" · Ray: {snap.ray_error}"
+        elif waiting := len(snap.pending_pgs) or len(snap.ray_demands):
+            what = "placement group" if snap.pending_pgs else "demand"
+            text += f" · Ray: {waiting} pending {what}{'s' if waiting > 1 else ''}"
         if down:
             text += f" · {down} node{'s' if down > 1 else ''} down"
         self.header.refresh_text = text
