@@ -113,3 +113,24 @@ def test_without_the_gcs_list_the_old_cadence_stays():
     m = Monitor(config.parse(CFG_TEXT, "lab.yaml"), {"spark-1": head, "spark-2": Worker("spark-2")})
     _ticks(m, 6)
     assert head.asked == [True, False, False, True, False, False]
+
+
+def test_while_a_placement_group_waits_the_table_is_read_every_third_tick():
+    # the head's real probe (Python route) with two placement groups pending: Ray is asked
+    # every RAY_EVERY ticks although nobody joined or left the GCS; once nothing waits,
+    # only on change again
+    m, head = _monitor()
+    head.text = (PROBE / "lab_head_probe_python_pgs_pending.txt").read_text(errors="replace")
+    _ticks(m, 7)
+    assert head.asked == [True, False, False, True, False, False, True]
+    snap = m.snapshot()
+    assert {p.name for p in snap.pending_pgs} == {
+        "sparktui-lab-missing-node",
+        "sparktui-lab-three-gpus",
+    }
+    assert snap.ray_via == "python" and all(p.age_s is not None for p in snap.pending_pgs)
+    assert "pg-node-missing" in {f.id for f in snap.findings}
+    head.text = (PROBE / "lab_head_probe.txt").read_text(errors="replace")
+    _ticks(m, 5)  # tick 7 and 8 skipped, 9 reads: nothing waits any more
+    assert head.asked[7:] == [False, False, True, False, False]
+    assert m.snapshot().ray_pgs == [] and m.snapshot().ray_demands == []
