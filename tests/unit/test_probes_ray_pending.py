@@ -253,3 +253,15 @@ def test_parsers_are_exported_for_the_json_helpers() -> None:
     # a minimal ray.nodes() list still parses next to the pending lines
     nodes, err = parse_ray_nodes(text("snippet_pending_stdout_ray2.60_pgs_pending.txt"))
     assert err is None and len(nodes) == 2
+
+
+def test_a_failed_dashboard_part_is_said_and_the_rest_kept() -> None:
+    out = (FIX / "probe" / "lab_head_probe_dashboard_pgs_pending.txt").read_text(errors="replace")
+    res = parse_probe(
+        out.replace("@@sparktui:/ray_status rc=0@@", "@@sparktui:/ray_status rc=28@@")
+    )
+    assert res.ray_demands == [] and res.ray_error is None
+    assert res.ray_pending_error == "dashboard cluster status: timed out" or (
+        res.ray_pending_error or ""
+    ).startswith("dashboard cluster status: exit 28")
+    assert {p.name for p in res.ray_pgs or []} >= {MISSING, THREE}

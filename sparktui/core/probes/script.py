@@ -328,25 +328,21 @@ def _ray(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
             res.ray_pgs, res.ray_demands, res.ray_pending_error = parse_snippet_pending(sec.body)
 
 
-def _pending_error(res: ProbeResult, err: str | None) -> None:
+def _dashboard_part(sec: Section, res: ProbeResult, parse: Callable, what: str) -> list:
+    """One of the dashboard's pending parts (placement groups, cluster status): its parsed
+    list, its error (or the section's) added to `ray_pending_error`."""
+    value, err = parse(sec.body) if sec.ok else ([], f"dashboard {what}: {sec.error()}")
     if err:
         res.ray_pending_error = "; ".join(x for x in (res.ray_pending_error, err) if x)
+    return value
 
 
 def _ray_pgs(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
-    if sec.ok:
-        res.ray_pgs, err = parse_pgs_dashboard(sec.body)
-    else:
-        res.ray_pgs, err = [], f"dashboard placement groups: {sec.error()}"
-    _pending_error(res, err)
+    res.ray_pgs = _dashboard_part(sec, res, parse_pgs_dashboard, "placement groups")
 
 
 def _ray_status(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
-    if sec.ok:
-        res.ray_demands, err = parse_cluster_status(sec.body)
-    else:
-        res.ray_demands, err = [], f"dashboard cluster status: {sec.error()}"
-    _pending_error(res, err)
+    res.ray_demands = _dashboard_part(sec, res, parse_cluster_status, "cluster status")
 
 
 def _hex_ip(h: str) -> str:
