@@ -29,6 +29,7 @@ from sparktui.core.model import (
     sort_findings,
 )
 from sparktui.core.phases import parse_log_tail
+from sparktui.core.probe_reuse import ProbeReuse
 from sparktui.core.probes import script as probe_script
 from sparktui.core.probes.ray import dedupe_by_ip
 from sparktui.core.safe_text import clean_text, sanitize
@@ -44,6 +45,11 @@ RAY_EVERY = 3  # the Ray table costs ~1 s of Python in the head container: every
 # ... unless the head lists who is connected to Ray's GCS: then only when that (or a node's
 # reachability, or a Ray container) changed since the table was read, or it is this old
 RAY_MAX_AGE = 120.0
+# Above this many nodes a tick's probes start spread over STAGGER seconds (at most a quarter
+# of the refresh interval) instead of all at once: their answers, parsed and drawn, then
+# arrive spread out too, and the console keeps answering keys.
+STAGGER_FROM = 8
+STAGGER = 0.5
 
 
 def _fresh_state(cfg: Config, name: str) -> NodeState:
@@ -86,6 +92,8 @@ class Monitor:
         self._last_tokens: tuple[float, float] | None = None
         self.lifecycle = Lifecycle(cfg.vllm.stall_seconds)  # phases, stalls, latency
         self.probe_timeout = 60.0  # the probe command has its own, shorter timeout
+        self._reuse = ProbeReuse()  # what a probe may skip (env, GPU processes) and keeps
+        self.last_probe: dict[str, probe_script.ProbeResult] = {}  # each node's last answer
         # the configured backend, else the last one seen on the nodes (native: Ray not asked)
         self._backend_seen: str = cfg.backend
         # at most probe_concurrency probes in flight; a node's silence counts from its turn
@@ -95,11 +103,14 @@ class Monitor:
 
     # ------------------------------------------------------------------ one node
 
-    async def _probe(self, name: str, with_ray: bool) -> NodeState:
+    async def _probe(self, name: str, with_ray: bool, after: float = 0.0) -> NodeState:
+        if after > 0:
+            await asyncio.sleep(after)
         ncfg = self.cfg.node(name)
         assert ncfg is not None
         transport = self.transports[name]
         state = _fresh_state(self.cfg, name)
+        gpu_queries, env_key = self._reuse.args(name, time.monotonic())
         want_phase = ncfg.role == "head" and not (
             self._vllm.healthy and self.lifecycle.timeline is not None
         )
@@ -113,6 +124,8 @@ class Monitor:
             gcs_port=self.cfg.ray.port,
             vllm_log=self.cfg.vllm.log if want_phase else None,
             vllm_log_bytes=LOG_TAIL_BYTES,
+            gpu_queries=gpu_queries,
+            env_key=env_key,
         )
         result: Result | TransportError
         async with self._slots:
@@ -126,21 +139,26 @@ class Monitor:
             finally:
                 self.in_flight -= 1
         if isinstance(result, TransportError):
+            self._reuse.forget(name)
             state.reachable = False
             state.error = str(result).removeprefix(f"{name}: ")
             return state
         state.probe_seconds = time.monotonic() - start
         if result.timed_out:
+            self._reuse.forget(name)
             state.reachable = False
             state.error = f"probe timed out after {command.timeout:g}s"
             return state
         parsed = probe_script.parse_probe(result.stdout)
         if not parsed.sections:
+            self._reuse.forget(name)
             state.reachable = False
             state.error = (
                 f"probe failed (exit {result.exit_status}): {result.tail(2) or 'no output'}"
             )
             return state
+        self._reuse.merge(name, parsed, time.monotonic())
+        self.last_probe[name] = parsed
         parsed.apply_to(state)
         if ncfg.role == "head":
             self._gcs_peers = parsed.gcs_peers
@@ -266,14 +284,16 @@ class Monitor:
         if self._backend_seen == "native":
             with_ray = False  # no Ray in this mode: its table is never asked for
         self.tick += 1
-        for name in self.states:
+        n = len(self.states)
+        step = min(STAGGER, self.cfg.refresh_interval / 4) / n if n > STAGGER_FROM else 0.0
+        for i, name in enumerate(self.states):
             task = self._tasks.get(name)
             if task is None or task.done():
                 self._started[name] = time.monotonic()
                 is_head = name == self.cfg.head.name
                 self._allowance[name] = RAY_ALLOWANCE if (with_ray and is_head) else 0.0
                 self._tasks[name] = asyncio.create_task(
-                    asyncio.wait_for(self._probe(name, with_ray), self.probe_timeout)
+                    asyncio.wait_for(self._probe(name, with_ray, i * step), self.probe_timeout)
                 )
         pending = [t for t in self._tasks.values() if not t.done()]
         if pending:

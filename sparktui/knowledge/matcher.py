@@ -35,11 +35,13 @@ try:  # google-re2 is a declared dependency; stay correct (slow) without it
 except ImportError:  # pragma: no cover - exercised only on broken installs
     _re2 = None
 
-_hs: Any
+_hs: Any = None
 try:  # optional (extra `fast`): a faster multi-pattern prefilter where its wheel installs
-    import hyperscan as _hs
+    import hyperscan as _hs_module
+
+    _hs = _hs_module
 except ImportError:
-    _hs = None
+    pass
 
 ENGINES = ("auto", "hyperscan", "re2")
 

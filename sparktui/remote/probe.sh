@@ -7,8 +7,11 @@
 #  $7 ray_nodes.py   $8 probe_env.sh   $9 http_get.py
 #  $10 Ray GCS port in hex ('' = don't list its connections)
 #  $11 the vLLM log on the head ('' = don't read it)   $12 how many bytes of its end
+#  $13 what nvidia-smi is asked: gpus,apps | gpus
+#  $14 the env key the console already holds the environment for ('' = read it)
 C=$1; HEAD=$2; VPORT=$3; RAYVIA=$4; DPORT=$5; RAYT=$6
 SNIP=$7; ENVS=$8; HTTPPY=$9; GPORT=${10}; VLOG=${11}; VLOGB=${12}
+GPUQ=${13:-gpus,apps}; ENVKEY=${14:-}
 LC_ALL=C; export LC_ALL
 have() { command -v "$1" >/dev/null 2>&1; }
 if have timeout; then T() { timeout "$@"; }; else T() { shift; "$@"; }; fi
@@ -77,22 +80,52 @@ else
   mark addr missing
 fi
 
-RUNNING=0
+# dockerd's API on its default socket (curl, ~4x cheaper than starting the docker CLI)
+dapi() {
+  [ -z "${DOCKER_HOST:-}" ] && [ -S /var/run/docker.sock ] && have curl &&
+    T 8 curl -sf --unix-socket /var/run/docker.sock "http://localhost$1"
+}
+RUNNING=0; CID=
 if have docker; then
   beg containers
-  DPS=$(T 8 docker ps -a --no-trunc --size=false --format '{{json .}}' 2>&1); R=$?
-  printf '%s' "$DPS"
+  if DPS=$(dapi '/containers/json?all=1' 2>/dev/null) && [ "${DPS#\[}" != "$DPS" ]; then
+    R=0; printf '%s' "$DPS"
+    DPS=$(printf '%s' "$DPS" | sed 's/},{"Id":/}\n{"Id":/g')  # one container a line
+  else
+    DPS=$(T 8 docker ps -a --no-trunc --size=false --format '{{json .}}' 2>&1); R=$?
+    printf '%s' "$DPS"
+  fi
   fin containers "rc=$R"
   if [ "$R" = 0 ] && [ -n "$C" ]; then
-    RUNNING=$(printf '%s\n' "$DPS" | while IFS= read -r L; do
-      case $L in *'"Names":"'"$C"'"'*'"State":"running"'*) echo 1; break ;; esac
+    L=$(printf '%s\n' "$DPS" | while IFS= read -r L; do
+      case $L in
+        *'"Names":"'"$C"'"'*'"State":"running"'*|*'"Names":["/'"$C"'"]'*'"State":"running"'*)
+          printf '%s' "$L"; break ;;
+      esac
     done)
-    [ -n "$RUNNING" ] || RUNNING=0
+    if [ -n "$L" ]; then
+      RUNNING=1
+      # the container's ID: the first "ID"/"Id" key (escaped quotes inside values break it)
+      X=${L#*\"I[Dd]\":\"}; CID=${X%%\"*}
+    fi
+  fi
+  # What decides the environment: the container and its vLLM processes (their PIDs, seen
+  # from the host; grep -P's \x00 never matches this script's own text). Unchanged: the
+  # console keeps what it read (no docker exec).
+  KEY=
+  if [ "$RUNNING" = 1 ] && [ -n "$CID" ]; then
+    V=$(grep -laP 'vllm\x00serve|vllm\.entrypoints\.openai\.api_server' /proc/[0-9]*/cmdline 2>/dev/null)
+    case $? in  # 2: no -P, or a process left while grep read it: no key, read it
+      0) KEY="$CID $(printf '%s' "$V" | tr -cs '0-9' ' ')" ;;
+      1) KEY=$CID ;;
+    esac
+    beg env_key; printf '%s' "$KEY"; fin env_key rc=0
   fi
   if [ -z "$C" ]; then mark env skipped:no-container
   elif [ "$R" != 0 ]; then mark env skipped:docker-failed
-  elif [ "$RUNNING" = 1 ]; then run env T 5 docker exec "$C" sh -c "$ENVS"
-  else mark env skipped:container-not-running; fi
+  elif [ "$RUNNING" != 1 ]; then mark env skipped:container-not-running
+  elif [ -n "$KEY" ] && [ "$KEY" = "$ENVKEY" ]; then mark env skipped:unchanged
+  else run env T 5 docker exec "$C" sh -c "$ENVS"; fi
 else
   mark containers missing
   mark env skipped:no-docker
@@ -124,7 +157,10 @@ fi
 
 if have nvidia-smi; then
   run gpus T 5 nvidia-smi --query-gpu=index,name,uuid,memory.used,memory.total,utilization.gpu,power.draw,temperature.gpu,clocks.sm --format=csv,noheader,nounits
-  run gpu_apps T 5 nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits
+  case $GPUQ in
+    *apps*) run gpu_apps T 5 nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits ;;
+    *) mark gpu_apps skipped:recent ;;
+  esac
 else
   mark gpus missing
   mark gpu_apps missing

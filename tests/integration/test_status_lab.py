@@ -114,3 +114,44 @@ def test_one_round_trip_per_node_per_refresh_and_reconnect(healthy_lab):
     assert "timed out" in (s3.node("spark-2").error or "")
     assert cut_took < 5
     assert s4.node("spark-2").reachable is True
+
+
+def test_the_environment_is_read_again_only_when_what_it_depends_on_changes(healthy_lab):
+    """The second refresh skips the container's `docker exec` (env skipped:unchanged) and the
+    compute-apps query, and shows what the first read; a new vLLM serve process in the
+    container changes the env key, so the next probe reads the environment again."""
+    lab = healthy_lab
+    cfg = config.load(str(lab.config_path))
+
+    async def go():
+        m = Monitor(cfg)
+        pid = ""
+        try:
+            s1 = await m.refresh(with_ray=False)
+            env1 = dict(s1.node("spark-2").env)
+            s2 = await m.refresh(with_ray=False)
+            st2 = {k: v.status for k, v in m.last_probe["spark-2"].sections.items()}
+            started = lab.docker(
+                "spark-2",
+                "exec",
+                lab.container,
+                "sh",
+                "-c",
+                "python3 -c 'import time; time.sleep(120)' vllm serve >/dev/null 2>&1 & echo $!",
+            )
+            pid = started.stdout.strip()
+            s3 = await m.refresh(with_ray=False)
+            st3 = {k: v.status for k, v in m.last_probe["spark-2"].sections.items()}
+            return env1, s2, st2, s3, st3
+        finally:
+            if pid:
+                lab.docker("spark-2", "exec", lab.container, "kill", pid)
+            await m.close()
+
+    env1, s2, st2, s3, st3 = asyncio.run(go())
+    assert env1.get("VLLM_HOST_IP") == lab.node("spark-2").ic_ip
+    assert st2["env"] == "skipped:unchanged" and st2["gpu_apps"] == "skipped:recent"
+    assert s2.node("spark-2").env == env1  # kept from the first read
+    assert len(s2.node("spark-2").gpus) == 1
+    assert st3["env"] == "rc=0"  # a vLLM process appeared: read again
+    assert s3.node("spark-2").vllm_pid is not None  # and it is the one the env is read from

@@ -54,3 +54,33 @@ def test_labels_with_commas_in_values() -> None:
 
 def test_the_command_asks_for_no_size() -> None:
     assert "--size=false" in DOCKER_PS_ARGV and "{{json .}}" in DOCKER_PS_ARGV
+
+
+def test_the_api_listing_reads_as_the_cli_does() -> None:
+    """dockerd's /containers/json (what the probe reads through the socket) and `docker ps -a`
+    of the same engine at the same moment give the same containers."""
+    api = parse_docker_ps((FIX / "containers_json_api.json").read_text())
+    cli = parse_docker_ps((FIX / "docker_ps_a_json_same_engine.txt").read_text())
+    assert {c.name: c.state for c in api} == {
+        "ray-sl10": "running",
+        "vllm_exited": "exited",
+        "vllm_created": "created",
+    }
+    for a, c in zip(
+        sorted(api, key=lambda x: x.name), sorted(cli, key=lambda x: x.name), strict=True
+    ):
+        assert (a.name, a.image, a.state, a.id, a.labels) == (
+            c.name,
+            c.image,
+            c.state,
+            c.id,
+            c.labels,
+        )
+        assert a.status.split(" ")[0] == c.status.split(" ")[0]  # "Up", "Exited", "Created"
+        assert a.created_at[:16] == c.created_at[:16]  # the CLI's form, to the minute
+    exited = next(c for c in api if c.name == "vllm_exited")
+    assert exited.status.startswith("Exited (3)") and exited.labels == {"role": "test"}
+
+
+def test_a_broken_api_answer_is_no_containers() -> None:
+    assert parse_docker_ps("[{") == [] and parse_docker_ps('[1, "x", {"Names": []}]') == []

@@ -301,8 +301,8 @@ def test_gcs_conns_lists_remote_peers_without_the_heads_own():
 def test_probe_passes_the_gcs_port_in_hex():
     from sparktui.core.probes.script import build_probe
 
-    assert build_probe("h", "c", True, gcs_port=6379).argv[-3] == "18EB"
-    assert build_probe("h", "c", True).argv[-3] == ""  # not listed
+    assert build_probe("h", "c", True, gcs_port=6379).argv[-5] == "18EB"
+    assert build_probe("h", "c", True).argv[-5] == ""  # not listed
 
 
 def test_the_vllm_log_tail_rides_in_the_same_probe(tmp_path):

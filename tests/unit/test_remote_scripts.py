@@ -187,7 +187,8 @@ def test_section_table_shape() -> None:
 
 def test_probe_hands_on_the_helper_programs() -> None:
     cmd = probe.build_probe("n", "c", True)
-    assert cmd.argv[-6:-2] == (ray_probe.RAY_NODES_SNIPPET, probe.ENV_SCRIPT, probe.HTTP_PY, "")
+    assert cmd.argv[-8:-4] == (ray_probe.RAY_NODES_SNIPPET, probe.ENV_SCRIPT, probe.HTTP_PY, "")
+    assert cmd.argv[-2:] == ("gpus,apps", "")  # every nvidia-smi query, env read
     assert ray_probe.RAY_NODES_SNIPPET == script("ray_nodes.py")
 
 

@@ -1,8 +1,11 @@
-"""`docker ps -a --no-trunc --size=false --format '{{json .}}'` -> list[Container]."""
+"""The node's containers -> list[Container]: from `docker ps -a --no-trunc --size=false
+--format '{{json .}}'` (one object a line) or from dockerd's own API, `GET /containers/json
+?all=1` on its socket (one JSON array; what probe.sh reads when curl can reach the socket)."""
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from sparktui.core.model import Container
@@ -52,6 +55,13 @@ def _str(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def _created(value: Any) -> str:
+    """The API's `Created` (Unix seconds) in the CLI's `CreatedAt` form, UTC."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return ""
+    return time.strftime("%Y-%m-%d %H:%M:%S +0000 UTC", time.gmtime(value))
+
+
 def parse_container(obj: dict[str, Any]) -> Container | None:
     """One decoded `{{json .}}` object -> Container (None if it has no name)."""
     name = _name(obj.get("Names"))
@@ -83,7 +93,7 @@ def parse_container(obj: dict[str, Any]) -> Container | None:
         state=state,
         status=status,
         id=_str(obj.get("ID") or obj.get("Id")),
-        created_at=_str(obj.get("CreatedAt")),
+        created_at=_str(obj.get("CreatedAt")) or _created(obj.get("Created")),
         running_for=_str(obj.get("RunningFor")),
         command=command,
         labels=parse_labels(obj.get("Labels")),
@@ -91,8 +101,18 @@ def parse_container(obj: dict[str, Any]) -> Container | None:
 
 
 def parse_docker_ps(text: str) -> list[Container]:
-    """One JSON object per line; lines that are not JSON objects (warnings) are skipped."""
+    """The API's JSON array, or the CLI's one JSON object per line (lines that are not JSON
+    objects, warnings, are skipped)."""
     containers: list[Container] = []
+    if text.lstrip().startswith("["):
+        try:
+            rows = json.loads(text)
+        except ValueError:
+            rows = []
+        for obj in rows if isinstance(rows, list) else []:
+            if isinstance(obj, dict) and (c := parse_container(obj)) is not None:
+                containers.append(c)
+        return containers
     for line in text.splitlines():
         line = line.strip()
         if not line.startswith("{"):

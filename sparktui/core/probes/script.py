@@ -17,7 +17,8 @@ declaration of every section (name -> parser -> ProbeResult field). A new source
 line in probe.sh plus a `SectionSpec` and its parser here.
 
 Sections: probe (script version and arguments), hostname, addr (`ip -j addr`; if that
-fails, addr4 + link with `ip -o`), containers (`docker ps -a ... {{json .}}`), env (the
+fails, addr4 + link with `ip -o`), containers (dockerd's API `/containers/json` through its
+socket with curl, else `docker ps -a ... {{json .}}`), env_key, env (the
 container's vLLM-serve process environment, else its PID 1's, read *inside* the container
 with `docker exec`, so no root is needed on the host; only when the container runs), gpus and
 gpu_apps (nvidia-smi), meminfo; on the head only: ray_dashboard (`/api/v0/nodes` on
@@ -64,6 +65,7 @@ PROBE_VERSION = 1
 SENTINEL = "@@sparktui:"
 
 RayVia = Literal["auto", "dashboard", "python", "off"]
+GpuQueries = Literal["gpus,apps", "gpus"]
 
 # The programs (sparktui/remote/): the probe itself, and the three it hands on as
 # positional parameters (`$7 $8 $9`): the Ray table in Python, the container-side
@@ -94,6 +96,8 @@ def build_probe(
     gcs_port: int | None = None,
     vllm_log: str | None = None,
     vllm_log_bytes: int = 262144,
+    gpu_queries: GpuQueries = "gpus,apps",
+    env_key: str | None = None,
 ) -> Command:
     """The one read-only command that probes `node_name` this tick.
 
@@ -107,6 +111,10 @@ def build_probe(
     endpoints connected to Ray's GCS on that port (section gcs_conns, from /proc/net/tcp*),
     so the monitor can ask for the Ray table only when they change. `vllm_log`: on the head,
     the end (`vllm_log_bytes`) of that file (section vllm_log), for the start-up phase.
+    `gpu_queries`: `gpus` skips the compute-apps query (section gpu_apps `skipped:recent`:
+    the caller keeps what it read last). `env_key`: the key (section env_key: the container's
+    ID and its vLLM processes) the caller already holds the environment for; while it is
+    the same, env is `skipped:unchanged` (no docker exec).
     """
     via = ray_via if query_ray else "off"
     args = (
@@ -122,6 +130,8 @@ def build_probe(
         "" if gcs_port is None else f"{int(gcs_port):04X}",
         vllm_log or "",
         str(int(vllm_log_bytes)),
+        gpu_queries,
+        env_key or "",
     )
     return sh(
         PROBE_SCRIPT, *args, mutating=False, timeout=timeout, description=f"probe {node_name}"
@@ -185,6 +195,9 @@ class ProbeResult:
     env_pid: int | None = None  # the container-side PID whose environ was read
     env_source: str | None = None  # vllm | vllm-shell | pid1
     vllm_argv: list[str] | None = None  # argv of the container's vLLM process (env_source vllm*)
+    env_key: str | None = None  # what the environment depends on (container ID, vLLM PIDs)
+    env_unchanged: bool = False  # env skipped: the caller's copy for env_key still holds
+    apps_skipped: bool = False  # gpu_apps not asked this time: the caller keeps its last list
     ray_nodes: list[RayNode] | None = None  # None: not asked (worker, or skipped this tick)
     ray_source: str | None = None  # dashboard | python
     ray_error: str | None = None
@@ -288,9 +301,15 @@ def _gpus(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
 def _gpu_apps(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
     if sec.ok:
         res.gpu_processes = parse_compute_apps(sec.body)
+    res.apps_skipped = sec.status == "skipped:recent"
+
+
+def _env_key(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
+    res.env_key = sec.body.strip() or None
 
 
 def _env(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
+    res.env_unchanged = sec.status == "skipped:unchanged"
     if not sec.ok:
         return
     first, _, rest = sec.body.partition("\n")
@@ -443,7 +462,8 @@ SECTIONS: tuple[SectionSpec, ...] = (
     SectionSpec("meminfo", "mem", _meminfo),
     SectionSpec("gpus", "gpus", _gpus, tool="nvidia-smi"),
     SectionSpec("gpu_apps", "gpu_processes", _gpu_apps, tool="nvidia-smi"),
-    SectionSpec("env", "env", _env),  # also env_pid, env_source, vllm_argv
+    SectionSpec("env_key", "env_key", _env_key),  # container ID + its vLLM processes' PIDs
+    SectionSpec("env", "env", _env),  # also env_pid, env_source, vllm_argv, env_unchanged
     SectionSpec("ray_dashboard", "ray_nodes", _ray_dashboard),  # also ray_source, ray_error
     SectionSpec("ray", "ray_nodes", _ray),  # the Python route; also ray_source, ray_error,
     # and (its @@PGS@@ / @@STATUS@@ lines) ray_pgs, ray_demands, ray_pending_error
