@@ -81,11 +81,13 @@ def up(
     docker_tmpfs: bool = True,
     vllm: bool = False,
     log: Log = _stderr,
+    nice: int = 0,
 ) -> Lab:
     """Bring up a lab of `nodes` nodes; on any failure (or Ctrl-C) it is torn down again.
 
     vllm=True: the vLLM image (tests/lab/vllm.py) in every node and a config with vllm keys;
-    no Ray is started (`sparktui restart` starts it, as on real nodes)."""
+    no Ray is started (`sparktui restart` starts it, as on real nodes). nice: the niceness
+    of every node process (0-19)."""
     if pin not in PIN_MODES:
         raise ValueError(f"pin must be one of {PIN_MODES}, not {pin!r}")
     if nodes < 1 or nodes > 40:
@@ -98,6 +100,7 @@ def up(
         lab = _allocate(nodes)
         lab.pin, lab.ray, lab.gpu_mode, lab.owner_pid = pin, ray and not vllm, gpu_mode, owner_pid
         lab.docker_tmpfs = docker_tmpfs
+        lab.nice = max(0, min(19, int(nice)))
         lab.container = f"ray-{lab.id}"
         lab.created = time.time()
         lab.save()
@@ -141,7 +144,7 @@ def _bring_up(lab: Lab, spec: imagemod.ImageSpec, log: Log, t0: float) -> None:
     pub = lab.key_path.with_suffix(".pub").read_text()
     for n in lab.nodes:
         nodemod.prepare(lab, n, pub)
-        nodemod.boot(n)
+        nodemod.boot(n, lab.nice)
     lab.save()
     for n in lab.nodes:
         nodemod.wait_booted(n)

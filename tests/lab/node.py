@@ -162,11 +162,13 @@ def host_key(n: Node) -> str:
 _POPENS: dict[int, subprocess.Popen] = {}
 
 
-def boot(n: Node) -> None:
-    """Start the node: nsenter its netns, new PID/mount/UTS namespaces, tini as PID 1."""
+def boot(n: Node, nice: int = 0) -> None:
+    """Start the node: nsenter its netns, new PID/mount/UTS namespaces, tini as PID 1 (every
+    process of the node at niceness `nice`)."""
     log = open(n.path / "log/node.log", "ab")
     p = subprocess.Popen(
         [
+            *(["nice", "-n", str(nice)] if nice else []),
             "nsenter",
             f"--net=/run/netns/{n.netns}",
             "unshare",

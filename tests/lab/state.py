@@ -59,6 +59,9 @@ class Lab:
     created: float = 0.0
     ray_port: int = 6379
     docker_tmpfs: bool = True  # node's /var/lib/docker equivalent in RAM (fast down)
+    # CPU niceness of every node process (sshd, dockerd, what they start): 19 lets a bench's
+    # console on the same machine run as if the nodes were other machines
+    nice: int = 0
 
     # ------------------------------------------------------------------ paths
     @property
