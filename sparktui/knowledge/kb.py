@@ -114,11 +114,23 @@ def _links(value: Any) -> tuple[str, ...]:
     return links
 
 
+# Compiled regexes by source: validation compiles each regex more than once, and the shipped
+# base is loaded again for every config with its own patterns.
+_COMPILED: dict[str, re.Pattern[str]] = {}
+
+
+def _cached(rx: str) -> re.Pattern[str]:
+    got = _COMPILED.get(rx)
+    if got is None:
+        got = _COMPILED[rx] = re.compile(rx)
+    return got
+
+
 def _compile(rx: Any) -> re.Pattern[str]:
     if not isinstance(rx, str) or not rx:
         raise rule("regex", "must be a non-empty string")
     try:
-        return re.compile(rx)
+        return _cached(rx)
     except re.error as e:
         raise rule("regex", "invalid regex {rx}: {e}", rx=repr(rx), e=str(e)) from None
     except (OverflowError, RecursionError) as e:
@@ -234,7 +246,7 @@ class Pattern(_Frozen):
             )
         if self.silent and self.role != "benign":
             raise rule("silent", "only a benign pattern can be silent", field="silent")
-        compiled = tuple(re.compile(rx) for rx in self.regexes)
+        compiled = tuple(_cached(rx) for rx in self.regexes)
         if self.same is not None and not any(self.same in rx.groupindex for rx in compiled):
             raise rule(
                 "same", "{same} is not a named capture of the regexes", same=self.same, field="same"
@@ -375,10 +387,14 @@ def fill_missing(text: str, captures: Mapping[str, str]) -> str:
 # --- loading -------------------------------------------------------------------------------
 
 
+# libyaml's safe loader where PyYAML was built with it (about 5x faster), else the pure one
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _read_builtin() -> dict[str, Any]:
     """patterns.yaml (categories, rules) plus patterns/<category>.yaml, in category order."""
     root = resources.files("sparktui.knowledge")
-    data = yaml.safe_load(root.joinpath("patterns.yaml").read_text("utf-8"))
+    data = yaml.load(root.joinpath("patterns.yaml").read_text("utf-8"), Loader=_Loader)
     if not isinstance(data, dict):
         raise KnowledgeBaseError("patterns.yaml: not a mapping")
     patterns = list(data.get("patterns") or [])
@@ -387,7 +403,7 @@ def _read_builtin() -> dict[str, Any]:
     names = sorted(e.name for e in folder.iterdir() if e.name.endswith(".yaml"))
     order = {c: i for i, c in enumerate(ALL_CATEGORIES)}
     for name in sorted(names, key=lambda n: (order.get(n[:-5], len(order)), n)):
-        part = yaml.safe_load(folder.joinpath(name).read_text("utf-8")) or {}
+        part = yaml.load(folder.joinpath(name).read_text("utf-8"), Loader=_Loader) or {}
         where = f"patterns/{name}"
         if not isinstance(part, dict) or set(part) - {"patterns", "rules"}:
             raise KnowledgeBaseError(f"{where}: a mapping with 'patterns:' (and 'rules:')")
