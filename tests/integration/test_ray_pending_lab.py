@@ -114,6 +114,44 @@ def test_pending_placement_group_through_python(pending_pg) -> None:
     _assert_seen(_wait_demand(lab.config_path), lab, name, "python")
 
 
+@pytest.mark.parametrize("pending_pg", ["healthy_lab"], indirect=True)
+async def test_the_console_shows_the_pending_group_and_its_finding(pending_pg) -> None:
+    """The operator's screen: the header counts the waiting group, the findings list has
+    pg-node-missing, and its detail names the address asked and the node Ray knows."""
+    from sparktui import config
+    from sparktui.tui.app import SparkApp
+    from sparktui.tui.live import LiveBackend
+    from sparktui.tui.widgets.findings import FindingsList
+    from tests.tui.support import wait_until
+
+    lab, name = pending_pg
+    backend = LiveBackend(config.load(str(lab.config_path)), read_only=True)
+    app = SparkApp(backend)
+    try:
+        async with app.run_test(size=(200, 50)) as pilot:
+            main = app.main
+            flist = main.query_one(FindingsList)
+
+            def finding():
+                return next(
+                    (f for f in flist._findings.values() if f.id == "pg-node-missing"), None
+                )
+
+            await wait_until(pilot, lambda: finding() is not None, 90, "pg-node-missing")
+            await wait_until(
+                pilot,
+                lambda: "Ray: 1 pending placement group" in main.header.refresh_text,
+                30,
+                "the header's pending count",
+            )
+            f = finding()
+            assert f is not None and f"node:{ASKED}" in f.message and f"'{name}'" in f.message
+            assert f"{lab.head.ic_ip} ({lab.head.name})" in f.message
+            assert "VLLM_HOST_IP" in f.fix
+    finally:
+        await backend.close()
+
+
 def _sparktui(state: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "XDG_STATE_HOME": str(state)}
     return subprocess.run(
