@@ -103,9 +103,13 @@ class Monitor:
 
     # ------------------------------------------------------------------ one node
 
-    async def _probe(self, name: str, with_ray: bool, after: float = 0.0) -> NodeState:
-        if after > 0:
-            await asyncio.sleep(after)
+    async def _probe_after(self, delay: float, name: str, with_ray: bool) -> NodeState:
+        """`_probe`, `delay` seconds from now (a tick's probes spread above STAGGER_FROM)."""
+        if delay > 0:
+            await asyncio.sleep(delay)
+        return await self._probe(name, with_ray)
+
+    async def _probe(self, name: str, with_ray: bool) -> NodeState:
         ncfg = self.cfg.node(name)
         assert ncfg is not None
         transport = self.transports[name]
@@ -293,7 +297,9 @@ class Monitor:
                 is_head = name == self.cfg.head.name
                 self._allowance[name] = RAY_ALLOWANCE if (with_ray and is_head) else 0.0
                 self._tasks[name] = asyncio.create_task(
-                    asyncio.wait_for(self._probe(name, with_ray, i * step), self.probe_timeout)
+                    asyncio.wait_for(
+                        self._probe_after(i * step, name, with_ray), self.probe_timeout
+                    )
                 )
         pending = [t for t in self._tasks.values() if not t.done()]
         if pending:

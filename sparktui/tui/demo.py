@@ -153,7 +153,7 @@ class DemoMonitor(Monitor):
         }
         super().__init__(cfg, transports, read_only=True)
 
-    async def _probe(self, name: str, with_ray: bool, after: float = 0.0) -> NodeState:
+    async def _probe(self, name: str, with_ray: bool) -> NodeState:
         await asyncio.sleep(0.02)
         state = next(n for n in seed_nodes(self.tick) if n.name == name)
         if state.role == "head":
