@@ -831,7 +831,13 @@ async def test_native_restart_serve_tp2_without_ray(vllm_lab, native_cfg, state_
     assert r.returncode == 0, r.stdout[-2000:]
     data = json.loads(r.stdout)
     assert data["backend"] == {"name": "native", "note": None}
-    assert data["ray"] == {"source": None, "error": None, "nodes": []}
+    assert data["ray"] == {
+        "source": None,
+        "via": None,
+        "error": None,
+        "nodes": [],
+        "pending": {"error": None, "placement_groups": [], "demands": []},
+    }
     procs = {n["name"]: n["vllm_process"] for n in data["nodes"]}
     assert (procs[head.name]["node_rank"], procs[head.name]["headless"]) == (0, False)
     assert (
