@@ -109,7 +109,7 @@ def _console_rows(quick: bool, n_nodes: int = 32) -> list[Row]:
     finally:
         labmod.down(lab)
     note = (
-        f"{n_nodes}-node lab at nice 19 (other machines in real life), no Ray "
+        f"{n_nodes}-node lab at nice 19 and cpu weight 15 (other machines in real life), no Ray "
         f"(lab up {t_up:.0f} s), 200x50, refresh {cfg.refresh_interval:g} s"
     )
     return [

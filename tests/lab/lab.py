@@ -142,9 +142,10 @@ def _bring_up(lab: Lab, spec: imagemod.ImageSpec, log: Log, t0: float) -> None:
         ]
     )
     pub = lab.key_path.with_suffix(".pub").read_text()
+    group = nodemod.cpu_group(lab.id, lab.nice)
     for n in lab.nodes:
         nodemod.prepare(lab, n, pub)
-        nodemod.boot(n, lab.nice)
+        nodemod.boot(n, lab.nice, group)
     lab.save()
     for n in lab.nodes:
         nodemod.wait_booted(n)
@@ -193,6 +194,7 @@ def down(lab: Lab | str, log: Log = _stderr) -> float:
     with ThreadPoolExecutor(max(1, len(lab.nodes))) as pool:
         list(pool.map(nodemod.kill, lab.nodes))
     network.destroy(lab)
+    nodemod.drop_cpu_group(lab.id)
     if lab.path.is_dir() and lab.path.parent == STATE_ROOT:
         shutil.rmtree(lab.path, ignore_errors=True)
         if lab.path.exists():

@@ -162,12 +162,41 @@ def host_key(n: Node) -> str:
 _POPENS: dict[int, subprocess.Popen] = {}
 
 
-def boot(n: Node, nice: int = 0) -> None:
+CPU_CGROUPS = "/sys/fs/cgroup/cpu"  # cgroup v1's cpu controller, where it is mounted
+
+
+def cpu_group(lab_id: str, nice: int) -> str | None:
+    """A cpu cgroup for a lab's nodes weighted like niceness `nice` (CFS: 1024 / 1.25^nice):
+    every node process is in it, whatever sessions sshd and dockerd start (with autogroup
+    scheduling a process's own nice weighs only inside its session). None without cgroup
+    v1's cpu controller (then only the processes' nice applies)."""
+    if not nice or not os.path.isdir(CPU_CGROUPS):
+        return None
+    path = os.path.join(CPU_CGROUPS, f"sparktui-lab-{lab_id}")
+    try:
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "cpu.shares"), "w") as f:
+            f.write(str(max(2, round(1024 / 1.25**nice))))
+    except OSError:
+        return None
+    return path
+
+
+def drop_cpu_group(lab_id: str) -> None:
+    try:
+        os.rmdir(os.path.join(CPU_CGROUPS, f"sparktui-lab-{lab_id}"))
+    except OSError:
+        pass  # none made, or not empty yet (then the next gc's rmdir takes it)
+
+
+def boot(n: Node, nice: int = 0, group: str | None = None) -> None:
     """Start the node: nsenter its netns, new PID/mount/UTS namespaces, tini as PID 1 (every
-    process of the node at niceness `nice`)."""
+    process of the node at niceness `nice`, and in cpu cgroup `group` when given)."""
     log = open(n.path / "log/node.log", "ab")
+    join = ["sh", "-c", 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"', "sh", group]
     p = subprocess.Popen(
         [
+            *(join if group else []),
             *(["nice", "-n", str(nice)] if nice else []),
             "nsenter",
             f"--net=/run/netns/{n.netns}",
