@@ -67,18 +67,28 @@ def _from_state_row(r: dict[str, Any]) -> RayNode | None:
     )
 
 
+def unwrap_state_api(data: Any) -> tuple[Any, str | None]:
+    """A State API answer -> (its rows, None), or (None, error) when the dashboard says the
+    request failed: the dashboard envelope `{"result": bool, "msg": ..., "data": {"result":
+    ListApiResponse}}` and a ListApiResponse `{"result": [rows], ...}` are unwrapped, anything
+    else is returned as it is."""
+    if isinstance(data, dict) and "data" in data and "result" in data:  # dashboard envelope
+        if data.get("result") is not True:
+            return None, f"dashboard: {data.get('msg') or 'request failed'}"
+        inner = data.get("data") or {}
+        data = inner.get("result", inner) if isinstance(inner, dict) else inner
+    if isinstance(data, dict) and isinstance(data.get("result"), list):  # ListApiResponse
+        data = data["result"]
+    return data, None
+
+
 def nodes_from_data(data: Any) -> tuple[list[RayNode], str | None]:
     """Any decoded node table -> (nodes, error). Accepts a `ray.nodes()` list, a state API
     row list (`ray list nodes --format json`), a ListApiResponse, or the dashboard envelope
-    `{"result": bool, "msg": ..., "data": {"result": ListApiResponse}}`."""
-    if isinstance(data, dict):
-        if "data" in data and "result" in data:  # dashboard envelope
-            if data.get("result") is not True:
-                return [], f"dashboard: {data.get('msg') or 'request failed'}"
-            inner = data.get("data") or {}
-            data = inner.get("result", inner) if isinstance(inner, dict) else inner
-        if isinstance(data, dict) and isinstance(data.get("result"), list):  # ListApiResponse
-            data = data["result"]
+    (`unwrap_state_api`)."""
+    data, error = unwrap_state_api(data)
+    if error:
+        return [], error
     if not isinstance(data, list):
         return [], "unrecognised Ray node table"
     nodes: list[RayNode] = []

@@ -21,6 +21,7 @@ import re
 from typing import Any
 
 from sparktui.core.model import PlacementGroup, RayDemand
+from sparktui.core.probes.ray import unwrap_state_api
 
 PGS_SENTINEL = "@@PGS@@"
 PGS_ERROR_SENTINEL = "@@PGS_ERROR@@"
@@ -87,16 +88,12 @@ def pgs_from_data(data: Any, now: float | None = None) -> tuple[list[PlacementGr
     envelope, a ListApiResponse, a list of State API rows, the snippet's
     `{"now": t, "pgs": {...}}` or `placement_group_table()`'s `{id: info}` itself.
     `now`: the head's clock (Unix s), for the age of groups that say when they were asked."""
-    if isinstance(data, dict) and "data" in data and "result" in data:  # dashboard envelope
-        if data.get("result") is not True:
-            return [], f"dashboard: {data.get('msg') or 'request failed'}"
-        inner = data.get("data") or {}
-        data = inner.get("result", inner) if isinstance(inner, dict) else inner
     if isinstance(data, dict) and "pgs" in data:  # the snippet
         now = data.get("now") if isinstance(data.get("now"), (int, float)) else now
         data = data["pgs"]
-    if isinstance(data, dict) and isinstance(data.get("result"), list):  # ListApiResponse
-        data = data["result"]
+    data, error = unwrap_state_api(data)
+    if error:
+        return [], error
     if isinstance(data, dict):  # placement_group_table(): {id: info}
         data = list(data.values())
     if not isinstance(data, list):
