@@ -243,7 +243,7 @@ def _stream(lab, prompt: str, max_tokens: int) -> tuple[float, list[float], floa
     )
 
 
-TOLERANCE = 0.5
+TOLERANCE = 0.2  # the issue's figure
 
 
 def test_latency_on_the_strip_matches_the_client(vllm_lab, served, cfg_path):
@@ -279,9 +279,9 @@ def test_latency_on_the_strip_matches_the_client(vllm_lab, served, cfg_path):
         f"{client_itl * 1e3:.2f} ms, vLLM mean {v.itl_mean_s * 1e3:.2f} ms p50 "
         f"{v.itl_p50_s * 1e3:.2f} p95 {v.itl_p95_s * 1e3:.2f}"
     )
-    # The issue asks for 20 %; on the 2-core lab a tiny model's TTFT is tens of ms and the
-    # HTTP front end and the scheduler's jitter are a large share of it: 20 % held on a quiet
-    # machine (26.1 vs 26.3 ms ITL) but not under load (32 vs 45 ms TTFT). 50 % here.
+    # Measured 2026-12-01 on the 2-core lab (this test alone): TTFT 29.5 ms client (after
+    # the headers) vs 29.0 ms vLLM mean, p50 28.6; ITL 22.44 vs 22.38 ms. Under other load
+    # the front end's share grows (32 vs 45 ms was once seen with helpers' labs running).
     assert abs(v.ttft_mean_s - client_ttft) <= TOLERANCE * client_ttft
     assert v.ttft_mean_s <= statistics.mean(ttfts)  # never more than the client waited
     assert abs(v.itl_mean_s - client_itl) <= TOLERANCE * client_itl
