@@ -19,8 +19,10 @@ Figures, in one run:
 * the same window: CPU on the head node caused by sparktui's probes, <= 1 % of one core.
   Counted from /proc for the head's processes (descendants of the node's init): every
   process started during the window (ssh sessions, shells, docker CLI, docker exec'd
-  programs, the log reader), the children reaped in it (cutime), and dockerd / containerd
-  / shims / sshd's own time, less what those daemons use alone (measured for half the
+  programs, the log reader), the children reaped in it (cutime), what every process of an
+  SSH session that was already running used in it (the resident probe, its nvidia-smi loop,
+  the log reader), and dockerd / containerd / shims / sshd's own time, less what those
+  daemons use alone (measured for half the
   window before the console starts). Ray's resident daemons are not counted (their work
   for a `ray.init()` client is a small part of that client's cost).
 
@@ -183,6 +185,14 @@ def caused_ticks(before: dict, after: dict) -> dict[str, int]:
         if v:
             by[k] = by.get(k, 0) + v
 
+    def under_sshd(pid: int) -> bool:  # an SSH session's process (a probe, a log reader)
+        seen = 0
+        while pid in after and seen < 64:
+            pid, seen = after[pid][1], seen + 1
+            if pid in after and after[pid][0] == "sshd":
+                return True
+        return False
+
     for pid, (comm, _pp, start, own, reaped) in after.items():
         old = before.get(pid)
         if old is None or old[2] != start:  # started in the window: all of it
@@ -190,7 +200,7 @@ def caused_ticks(before: dict, after: dict) -> dict[str, int]:
             add(f"{comm} children", reaped)
             continue
         add(f"{comm} children", reaped - old[4])
-        if comm.startswith(_DAEMONS):
+        if comm.startswith(_DAEMONS) or under_sshd(pid):  # resident ones: what they used
             add(comm, own - old[3])
     return by
 

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 python3 -m ruff check sparktui tests bench
 python3 -m ruff format --check sparktui tests bench
 shellcheck -s sh sparktui/remote/*.sh
+shellcheck -s bash sparktui/remote/*.bash
 lint-imports
 python3 -m mypy
 exec python3 -m pytest -q -ra "$@"

@@ -29,9 +29,10 @@ from sparktui.core.model import (
     sort_findings,
 )
 from sparktui.core.phases import parse_log_tail
-from sparktui.core.probe_reuse import ProbeReuse
+from sparktui.core.probe_reuse import APPS_EVERY_RESIDENT, ENV_MAX_AGE_RESIDENT, ProbeReuse
 from sparktui.core.probes import script as probe_script
 from sparktui.core.probes.ray import dedupe_by_ip
+from sparktui.core.resident import ResidentProbes
 from sparktui.core.safe_text import clean_text, sanitize
 from sparktui.core.ssh import transport_for
 from sparktui.core.transport import Transport, TransportError
@@ -65,7 +66,10 @@ class Monitor:
         transports: dict[str, Transport] | None = None,
         *,
         read_only: bool | None = None,
+        resident: bool = False,
     ) -> None:
+        """`resident`: probe each node through a bash that stays between ticks
+        (core/resident.py), for a long run such as the console."""
         self.cfg = cfg
         ro = cfg.read_only if read_only is None else read_only
         self.transports: dict[str, Transport] = transports or {
@@ -92,7 +96,11 @@ class Monitor:
         self._last_tokens: tuple[float, float] | None = None
         self.lifecycle = Lifecycle(cfg.vllm.stall_seconds)  # phases, stalls, latency
         self.probe_timeout = 60.0  # the probe command has its own, shorter timeout
-        self._reuse = ProbeReuse()  # what a probe may skip (env, GPU processes) and keeps
+        self.resident = ResidentProbes(cfg.refresh_interval) if resident else None
+        # what a probe may skip (env, GPU processes) and keeps
+        self._reuse = (
+            ProbeReuse(APPS_EVERY_RESIDENT, ENV_MAX_AGE_RESIDENT) if resident else ProbeReuse()
+        )
         self.last_probe: dict[str, probe_script.ProbeResult] = {}  # each node's last answer
         # the configured backend, else the last one seen on the nodes (native: Ray not asked)
         self._backend_seen: str = cfg.backend
@@ -137,7 +145,10 @@ class Monitor:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             try:
-                result = await transport.run(command)
+                if self.resident is not None:
+                    result = await self.resident.run(name, transport, command)
+                else:
+                    result = await transport.run(command)
             except TransportError as e:
                 result = e
             finally:
@@ -411,4 +422,6 @@ class Monitor:
         for task in self._tasks.values():
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        if self.resident is not None:
+            await self.resident.aclose()
         await asyncio.gather(*(t.close() for t in self.transports.values()), return_exceptions=True)

@@ -5,8 +5,10 @@ The head's `vllm.log` (vLLM's own output, with the Ray workers' lines forwarded 
 (`ray start`'s output: a raylet that dies says so there) and its Ray worker logs
 (`/tmp/ray/session_latest/logs/worker-*.{out,err}` inside the container: a vLLM worker that
 segfaults writes its reason there, on its own node). Worker logs appear when vLLM starts its
-actors, so the list is read again every `relist` seconds and new files are followed from
-their start. Read-only; the followers end with the stream.
+actors, so the list is read again (a `docker exec` on each node): after `relist` seconds,
+twice as long each time it found nothing new, up to `relist_max`, and at once when
+`relist_now` is set (the console sets it when a node's vLLM or Ray container changed). New
+files are followed from their start. Read-only; the followers end with the stream.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ async def follow_cluster_logs(
     head: _Follower | None = None,
     others: asyncio.Event | None = None,
     relist: float = 15.0,
+    relist_max: float = 120.0,
+    relist_now: asyncio.Event | None = None,
     queue_size: int = 32,
 ) -> AsyncIterator[LogBatch]:
     """Batches from every node's logs as they arrive (see the module's docstring). `head`:
@@ -88,7 +92,9 @@ async def follow_cluster_logs(
                         backoff=OTHER_BACKOFF,
                     )
                 )
+        wait = relist
         while True:
+            found = False
             for n in cfg.nodes:
                 if not n.container.name:
                     continue
@@ -101,6 +107,7 @@ async def follow_cluster_logs(
                 for path in paths:
                     if path not in followed[n.name]:
                         followed[n.name].add(path)
+                        found = True
                         f: FileFollower = ray_worker_follower(
                             transports[n.name],
                             path,
@@ -109,7 +116,15 @@ async def follow_cluster_logs(
                             backoff=OTHER_BACKOFF,
                         )
                         start(f)
-            await asyncio.sleep(relist)
+            wait = relist if found else min(relist_max, wait * 2)
+            if relist_now is None:
+                await asyncio.sleep(wait)
+                continue
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(relist_now.wait(), wait)
+            if relist_now.is_set():
+                relist_now.clear()
+                wait = relist
 
     list_task = asyncio.ensure_future(lister())
     try:

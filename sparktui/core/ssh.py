@@ -16,7 +16,7 @@ import asyncssh
 
 from sparktui.config import NodeConfig
 from sparktui.core.command import Command, Result
-from sparktui.core.transport import Transport, TransportError
+from sparktui.core.transport import Session, Transport, TransportError
 
 BACKOFF_START = 1.0
 BACKOFF_MAX = 30.0
@@ -159,6 +159,24 @@ class SshTransport(Transport):
                 status = None
             return Result(status, str(proc.stdout or ""), str(proc.stderr or ""))
         raise TransportError(f"{self.node}: command could not be run")  # pragma: no cover
+
+    async def _session(self, command: Command) -> Session:
+        conn = await self._connection()
+        try:
+            proc = await conn.create_process(
+                command.shell(), encoding=None, stderr=asyncssh.DEVNULL
+            )
+        except (asyncssh.ChannelOpenError, asyncssh.ConnectionLost, OSError) as e:
+            raise TransportError(_describe(self.cfg, e)) from None
+
+        def closer() -> None:
+            try:
+                proc.stdin.write_eof()  # the command ends at the end of its requests
+            except (OSError, asyncssh.Error):
+                pass
+            proc.close()
+
+        return Session(proc.stdin, proc.stdout, closer, proc.wait_closed)
 
     async def _stream(self, command: Command) -> AsyncIterator[bytes]:
         conn = await self._connection()

@@ -1,7 +1,8 @@
 """Transports: how commands reach a node. One per node, shared by every probe and action.
 
 `Transport.run()` runs a Command and returns its Result; `Transport.stream()` yields output
-chunks of a long-running command (log following). Both refuse a mutating Command when the
+chunks of a long-running command (log following); `Transport.session()` starts one that
+answers requests on its stdin (the resident probe, core/resident.py). All refuse a mutating Command when the
 transport is read-only, whoever asks. Every command sent is recorded (`sent`), so tests and
 the audit can prove what reached a node.
 """
@@ -18,6 +19,15 @@ from dataclasses import dataclass
 from sparktui.core.command import Command, Result
 
 MAX_CHANNELS = 4  # sshd MaxSessions is 10 per connection, slots are freed late
+SESSION_LIMIT = 1 << 24  # the most a session's answer may hold before its end marker
+
+
+def _kill_if_running(proc) -> None:
+    if proc.returncode is None:
+        try:
+            proc.kill()
+        except ProcessLookupError:
+            pass
 
 
 class TransportError(Exception):
@@ -37,8 +47,42 @@ class SentRecord:
     refused: bool = False
 
 
+class Session:
+    """A long-running command on a node, fed on stdin: `ask()` writes a request and returns
+    the output up to and including `until`. Closing it closes its stdin and channel."""
+
+    def __init__(self, stdin, stdout, closer, waiter=None) -> None:
+        self._stdin, self._stdout, self._closer, self._waiter = stdin, stdout, closer, waiter
+        self.closed = False
+
+    async def read_until(self, until: bytes) -> bytes:
+        """Output up to and including `until`; raises EOFError when the command ended."""
+        try:
+            return bytes(await self._stdout.readuntil(until))
+        except asyncio.IncompleteReadError as e:
+            raise EOFError(f"ended after {len(e.partial)} bytes") from None
+
+    async def ask(self, request: bytes, until: bytes) -> bytes:
+        self._stdin.write(request)
+        await self._stdin.drain()
+        return await self.read_until(until)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._closer()
+
+    async def wait_closed(self, timeout: float = 3.0) -> None:
+        """After close(): until the command has ended (at most `timeout` s)."""
+        if self._waiter is not None:
+            try:
+                await asyncio.wait_for(self._waiter(), timeout)
+            except (asyncio.TimeoutError, OSError):
+                pass
+
+
 class Transport:
-    """Base class. Subclasses implement `_run` and `_stream`."""
+    """Base class. Subclasses implement `_run`, `_stream` and `_session`."""
 
     kind = "base"
 
@@ -82,6 +126,15 @@ class Transport:
         self._admit(command)
         async for chunk in self._stream(command):
             yield chunk
+
+    async def session(self, command: Command) -> Session:
+        """Start `command` with its stdin open for requests (NotImplementedError where the
+        transport cannot)."""
+        self._admit(command)
+        return await self._session(command)
+
+    async def _session(self, command: Command) -> Session:
+        raise NotImplementedError(f"{self.kind} transport has no sessions")
 
     async def _run(self, command: Command) -> Result:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -146,18 +199,41 @@ class LocalTransport(Transport):
             err.decode("utf-8", "replace"),
         )
 
-    async def _stream(self, command: Command) -> AsyncIterator[bytes]:
+    async def _start(self, command: Command, stdin: int, stderr: int, **kw):
+        """The long-running local process of a stream or session."""
         try:
-            proc = await asyncio.create_subprocess_exec(
+            return await asyncio.create_subprocess_exec(
                 *command.argv,
-                stdin=asyncio.subprocess.DEVNULL,
+                stdin=stdin,
                 stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
+                stderr=stderr,
                 env=self._env(command),
                 start_new_session=True,
+                **kw,
             )
         except OSError as e:
             raise TransportError(f"{self.node}: cannot start {command.argv[0]}: {e}") from e
+
+    async def _session(self, command: Command) -> Session:
+        proc = await self._start(
+            command, asyncio.subprocess.PIPE, asyncio.subprocess.DEVNULL, limit=SESSION_LIMIT
+        )
+
+        def closer() -> None:
+            assert proc.stdin is not None
+            proc.stdin.close()  # the command ends at the end of its requests
+
+        async def waiter() -> None:
+            try:
+                await asyncio.wait_for(proc.wait(), 2.5)
+            except asyncio.TimeoutError:
+                _kill_if_running(proc)
+                await proc.wait()
+
+        return Session(proc.stdin, proc.stdout, closer, waiter)
+
+    async def _stream(self, command: Command) -> AsyncIterator[bytes]:
+        proc = await self._start(command, asyncio.subprocess.DEVNULL, asyncio.subprocess.STDOUT)
         assert proc.stdout is not None
         try:
             while True:

@@ -15,7 +15,7 @@ config values never go into it, they travel only as positional parameters. The `
 run on the node's own python3 (`python3 -c "$text"`): standard library only, Python 3.7
 syntax (`ruff.toml` here sets that target), and nothing runs on import but under
 `if __name__ == "__main__":`. The `.sh` files are POSIX sh, checked with `shellcheck -s sh`
-by `scripts/test.sh`.
+by `scripts/test.sh`; a `.bash` file needs bash on the node (and has an `.sh` fallback).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from importlib.resources import files
 
 _INCLUDE = re.compile(r"^#@include ([\w.-]+)[ \t]*$", re.M)
 _COMMENT = re.compile(r"^[ \t]*#.*$", re.M)
-_NAME = re.compile(r"[A-Za-z0-9][\w-]*\.(sh|py)")
+_NAME = re.compile(r"[A-Za-z0-9][\w-]*\.(sh|bash|py)")
 
 
 @cache

@@ -9,15 +9,35 @@
 #  $11 the vLLM log on the head ('' = don't read it)   $12 how many bytes of its end
 #  $13 what nvidia-smi is asked: gpus,apps | gpus
 #  $14 the env key the console already holds the environment for ('' = read it)
+# Run once per tick (`sh -c`), or as a function of the resident probe (probe_resident.bash),
+# which keeps the shell between ticks: then RD is its private directory, K_<name> says
+# whether a source can have changed since it was last read (its watcher's change count and
+# an age), GPUS_CACHED holds the nvidia-smi loop's last block and rhttp is its HTTP client.
+# `cached` keeps a section's output in KEPT_<name> (and its key in KEPTKEY_<name>) of that
+# shell; in a shell of its own nothing is kept and every source is read.
 C=$1; HEAD=$2; VPORT=$3; RAYVIA=$4; DPORT=$5; RAYT=$6
 SNIP=$7; ENVS=$8; HTTPPY=$9; GPORT=${10}; VLOG=${11}; VLOGB=${12}
 GPUQ=${13:-gpus,apps}; ENVKEY=${14:-}
+GPUFIELDS=index,name,uuid,memory.used,memory.total,utilization.gpu,power.draw,temperature.gpu,clocks.sm
 LC_ALL=C; export LC_ALL
 have() { command -v "$1" >/dev/null 2>&1; }
 if have timeout; then T() { timeout "$@"; }; else T() { shift; "$@"; }; fi
 beg() { printf '@@sparktui:%s@@\n' "$1"; }
 fin() { printf '\n@@sparktui:/%s %s@@\n' "$1" "$2"; }
 mark() { beg "$1"; fin "$1" "$2"; }
+# cached NAME KEY CMD...: what CMD prints (its sections), printed again while KEY is the key
+# it was read for; an empty KEY: run it now
+cached() {
+  n=$1; k=$2; shift 2
+  if [ -n "$k" ] && eval "[ \"\${KEPTKEY_$n-}\" = \"\$k\" ]"; then
+    eval "printf '%s' \"\$KEPT_$n\""; return 0
+  fi
+  o=$("$@"; printf x); o=${o%x}
+  eval "KEPT_$n=\$o; KEPTKEY_$n=\$k"
+  printf '%s' "$o"
+}
+# readf FILE: a file's text with the shell's own read (no program started)
+readf() { while IFS= read -r l || [ -n "$l" ]; do printf '%s\n' "$l"; done < "$1"; }
 R=0
 run() {
   n=$1; shift
@@ -36,6 +56,9 @@ vmetrics() {
   fi
   return $r
 }
+
+# the resident probe's bash versions of run and readf (no subshell, no byte-wise read)
+if have resident_overrides; then resident_overrides; fi
 
 ray_block() {
   if [ "$RAYVIA" = off ]; then
@@ -71,11 +94,15 @@ ray_block() {
 }
 
 beg probe; printf 'version=1 head=%s container=%s vllm_port=%s ray=%s\n' "$HEAD" "$C" "$VPORT" "$RAYVIA"; fin probe rc=0
-run hostname uname -n
+if [ -r /proc/sys/kernel/hostname ]; then run hostname readf /proc/sys/kernel/hostname
+else run hostname uname -n; fi
 
-if have ip; then
+addrs() {
   run addr ip -j addr
   if [ "$R" != 0 ]; then run addr4 ip -o -4 addr show; run link ip -o link; fi
+}
+if have ip; then
+  cached addr "${K_addr:-}" addrs
 else
   mark addr missing
 fi
@@ -85,17 +112,22 @@ dapi() {
   [ -z "${DOCKER_HOST:-}" ] && [ -S /var/run/docker.sock ] && have curl &&
     T 8 curl -sf --unix-socket /var/run/docker.sock "http://localhost$1"
 }
+# the containers as read (DRAW), one a line (DPS), and the exit status (DR)
+list_containers() {
+  if DRAW=$(dapi '/containers/json?all=1' 2>/dev/null) && [ "${DRAW#\[}" != "$DRAW" ]; then
+    DR=0; DPS=$(printf '%s' "$DRAW" | sed 's/},{"Id":/}\n{"Id":/g')
+  else
+    DRAW=$(T 8 docker ps -a --no-trunc --size=false --format '{{json .}}' 2>&1); DR=$?
+    DPS=$DRAW
+  fi
+}
 RUNNING=0; CID=
 if have docker; then
-  beg containers
-  if DPS=$(dapi '/containers/json?all=1' 2>/dev/null) && [ "${DPS#\[}" != "$DPS" ]; then
-    R=0; printf '%s' "$DPS"
-    DPS=$(printf '%s' "$DPS" | sed 's/},{"Id":/}\n{"Id":/g')  # one container a line
-  else
-    DPS=$(T 8 docker ps -a --no-trunc --size=false --format '{{json .}}' 2>&1); R=$?
-    printf '%s' "$DPS"
+  if [ -z "${K_containers:-}" ] || [ "$K_containers" != "${KEPTKEY_dps-}" ]; then
+    list_containers; KEPTKEY_dps=${K_containers:-}
   fi
-  fin containers "rc=$R"
+  R=$DR
+  beg containers; printf '%s' "$DRAW"; fin containers "rc=$R"
   if [ "$R" = 0 ] && [ -n "$C" ]; then
     L=$(printf '%s\n' "$DPS" | while IFS= read -r L; do
       case $L in
@@ -114,11 +146,16 @@ if have docker; then
   # console keeps what it read (no docker exec).
   KEY=
   if [ "$RUNNING" = 1 ] && [ -n "$CID" ]; then
-    V=$(grep -laP 'vllm\x00serve|vllm\.entrypoints\.openai\.api_server' /proc/[0-9]*/cmdline 2>/dev/null)
-    case $? in  # 2: no -P, or a process left while grep read it: no key, read it
-      0) KEY="$CID $(printf '%s' "$V" | tr -cs '0-9' ' ')" ;;
-      1) KEY=$CID ;;
-    esac
+    if [ -z "${K_procs:-}" ] || [ "$K_procs" != "${KEPTKEY_procs-}" ]; then
+      V=$(grep -laP 'vllm\x00serve|vllm\.entrypoints\.openai\.api_server' /proc/[0-9]*/cmdline 2>/dev/null)
+      case $? in  # 2: no -P, or a process left while grep read it: no key, read it
+        0) VP=" $(printf '%s' "$V" | tr -cs '0-9' ' ')" ;;
+        1) VP= ;;
+        *) VP=- ;;
+      esac
+      KEPTKEY_procs=${K_procs:-}
+    fi
+    case $VP in -) ;; *) KEY=$CID$VP ;; esac
     beg env_key; printf '%s' "$KEY"; fin env_key rc=0
   fi
   if [ -z "$C" ]; then mark env skipped:no-container
@@ -135,7 +172,9 @@ fi
 # port): a node joining, leaving or reconnecting changes it, so the console asks for the
 # Ray table (a Python start in the container) when it changes, not every few ticks.
 if [ "$HEAD" = 1 ] && [ -n "$GPORT" ]; then
-  if have awk; then
+  if have gcs_peers; then
+    beg gcs_conns; gcs_peers "$GPORT"; fin gcs_conns rc=0
+  elif have awk; then
     beg gcs_conns
     awk -v p=":$GPORT" 'toupper(substr($2, length($2) - 4)) == p && $4 == "01" { print $3 }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
     fin gcs_conns rc=0
@@ -147,7 +186,12 @@ fi
 # The Ray table (~1 s of Python in the head container) runs alongside the other sections.
 RAYTMP=
 if [ "$HEAD" = 1 ]; then
-  if have mktemp && RAYTMP=$(mktemp 2>/dev/null); then
+  if [ "$RAYVIA" = off ]; then
+    mark ray skipped
+  elif [ -n "${RD:-}" ]; then
+    RAYTMP=$RD/ray; ray_block >"$RAYTMP" 2>&1 &
+    RAYPID=$!
+  elif have mktemp && RAYTMP=$(mktemp 2>/dev/null); then
     ray_block >"$RAYTMP" 2>&1 &
     RAYPID=$!
   else
@@ -156,7 +200,11 @@ if [ "$HEAD" = 1 ]; then
 fi
 
 if have nvidia-smi; then
-  run gpus T 5 nvidia-smi --query-gpu=index,name,uuid,memory.used,memory.total,utilization.gpu,power.draw,temperature.gpu,clocks.sm --format=csv,noheader,nounits
+  if [ -n "${GPUS_CACHED:-}" ]; then
+    beg gpus; printf '%s' "$GPUS_CACHED"; fin gpus rc=0
+  else
+    run gpus T 5 nvidia-smi --query-gpu="$GPUFIELDS" --format=csv,noheader,nounits
+  fi
   case $GPUQ in
     *apps*) run gpu_apps T 5 nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits ;;
     *) mark gpu_apps skipped:recent ;;
@@ -166,12 +214,18 @@ else
   mark gpu_apps missing
 fi
 
-run meminfo cat /proc/meminfo
+run meminfo readf /proc/meminfo
 
 if [ "$HEAD" = 1 ]; then
   if [ -n "$VPORT" ]; then
     U="http://127.0.0.1:$VPORT"
-    if have curl; then
+    if have rhttp; then
+      run health rhttp code "$U/health"
+      if [ "$R" = 0 ]; then
+        run metrics vmetrics rhttp body "$U/metrics"
+        cached version "${KEY:-}" run version rhttp body "$U/version"
+      fi
+    elif have curl; then
       run health curl -s -m 2 -o /dev/null -w '%{http_code}' "$U/health"
       if [ "$R" = 0 ]; then
         run metrics vmetrics curl -s -m 2 "$U/metrics"
@@ -190,7 +244,7 @@ if [ "$HEAD" = 1 ]; then
 fi
 # The end of vLLM's log while it starts (core/phases.py reads the start-up phase from it):
 # first line `mtime=<unix s> size=<bytes>`, then the bytes; `missing` before vLLM ran.
-if [ "$HEAD" = 1 ] && [ -n "$VLOG" ]; then
+vllm_log() {
   beg vllm_log
   if [ -f "$VLOG" ]; then
     printf 'mtime=%s size=%s\n' "$(stat -c %Y "$VLOG" 2>/dev/null)" "$(stat -c %s "$VLOG" 2>/dev/null)"
@@ -199,6 +253,20 @@ if [ "$HEAD" = 1 ] && [ -n "$VLOG" ]; then
     echo missing
   fi
   fin vllm_log rc=0
+}
+if [ "$HEAD" = 1 ] && [ -n "$VLOG" ]; then
+  # resident: read again once the log is newer than the stamp written before the last read
+  VK=
+  if [ -n "${RD:-}" ]; then
+    if [ ! -f "$RD/vlog.stamp" ] || [ "$VLOG" -nt "$RD/vlog.stamp" ]; then
+      VSEQ=$((${VSEQ:-0} + 1)); printf x >"$RD/vlog.stamp"
+    fi
+    VK="$VLOG $VLOGB ${VSEQ:-0}"
+  fi
+  cached vlog "$VK" vllm_log
 fi
-if [ -n "$RAYTMP" ]; then wait "$RAYPID"; cat "$RAYTMP"; rm -f "$RAYTMP"; fi
+if [ -n "$RAYTMP" ]; then
+  wait "$RAYPID"; cat "$RAYTMP"
+  [ -n "${RD:-}" ] || rm -f "$RAYTMP"
+fi
 printf '@@sparktui:end@@\n'

@@ -53,6 +53,18 @@ def plan_view(plan: Plan) -> PlanView:
     )
 
 
+def _workers_key(snap: ClusterSnapshot) -> tuple:
+    """What the nodes' Ray worker logs depend on: each node's containers and vLLM process,
+    and the nodes Ray knows."""
+    return (
+        tuple(
+            (n.name, n.reachable, n.vllm_pid, tuple((c.id, c.state) for c in n.containers))
+            for n in snap.nodes
+        ),
+        tuple(sorted((r.node_id, r.alive) for r in snap.ray_nodes)),
+    )
+
+
 class LiveBackend(Backend):
     def __init__(
         self, cfg: Config, *, read_only: bool = False, monitor: Monitor | None = None
@@ -61,7 +73,7 @@ class LiveBackend(Backend):
         from sparktui.core.monitor import Monitor
         from sparktui.knowledge import Diagnosis, Matcher, load_for_config
 
-        self.monitor = monitor or Monitor(cfg, read_only=self.read_only)
+        self.monitor = monitor or Monitor(cfg, read_only=self.read_only, resident=True)
         kb = load_for_config(cfg)
         self._matcher = Matcher(kb)
         self._scanner = self._matcher.scanner(1)
@@ -70,6 +82,9 @@ class LiveBackend(Backend):
         self._followers: list[FileFollower] = []  # native: one per rank
         self._hit_nodes: dict[int, str] = {}  # matched line -> the node whose log it is
         self._all_logs = asyncio.Event()  # set: every node's logs follow too (Ray backend)
+        # set: list the nodes' Ray worker logs again now (their vLLM or container changed)
+        self._relist_logs = asyncio.Event()
+        self._workers_key: tuple | None = None
 
     async def refresh(self) -> ClusterSnapshot:
         snap = await self.monitor.refresh(wait=self.cfg.refresh_interval)
@@ -81,6 +96,10 @@ class LiveBackend(Backend):
             if name != self.cfg.head.name
         ):
             self._all_logs.set()
+        key = _workers_key(snap)
+        if self._workers_key is not None and key != self._workers_key:
+            self._relist_logs.set()
+        self._workers_key = key
         return snap
 
     async def probe_now(self, node: str) -> ClusterSnapshot | None:
@@ -137,7 +156,11 @@ class LiveBackend(Backend):
             from sparktui.core.node_logs import follow_cluster_logs
 
             async for batch in follow_cluster_logs(
-                self.cfg, self.monitor.transports, head=follower, others=self._all_logs
+                self.cfg,
+                self.monitor.transports,
+                head=follower,
+                others=self._all_logs,
+                relist_now=self._relist_logs,
             ):
                 yield batch.node, list(batch.lines), list(batch.events)
             return

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -155,3 +157,61 @@ def test_the_environment_is_read_again_only_when_what_it_depends_on_changes(heal
     assert len(s2.node("spark-2").gpus) == 1
     assert st3["env"] == "rc=0"  # a vLLM process appeared: read again
     assert s3.node("spark-2").vllm_pid is not None  # and it is the one the env is read from
+
+
+def _resident_bashes() -> set[int]:
+    out = set()
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if b"probe_once() {" in Path(f"/proc/{d}/cmdline").read_bytes():
+                    out.add(int(d))
+            except OSError:
+                pass
+    return out
+
+
+def test_the_resident_probe_sees_what_the_one_off_sees_and_changes_at_once(healthy_lab):
+    """The console's probe (one bash per node that stays, core/resident.py) over real SSH:
+    the same containers, environment, GPUs and interfaces as the one-off probe; a container
+    stopped between two ticks is seen stopped at the next one (dockerd's events); closing
+    the monitor ends every resident bash on the nodes."""
+    lab = healthy_lab
+    cfg = config.load(str(lab.config_path))
+    before = _resident_bashes()
+
+    async def go():
+        one, res = Monitor(cfg), Monitor(cfg, resident=True)
+        try:
+            a = await one.refresh(with_ray=True)
+            b = [await res.refresh(with_ray=i == 0) for i in range(3)]
+            mine = _resident_bashes() - before
+            faults.stop_container(lab, "spark-2")
+            try:
+                await asyncio.sleep(0.5)
+                stopped = await res.refresh(with_ray=False)
+            finally:
+                faults.start_container(lab, "spark-2")
+            starts = dict(res.resident.starts)
+        finally:
+            await one.close()
+            await res.close()
+        return a, b, mine, stopped, starts
+
+    a, b, mine, stopped, starts = asyncio.run(go())
+    assert starts == {"spark-1": 1, "spark-2": 1} and len(mine) == 2
+    for snap in b:
+        for x, y in zip(a.nodes, snap.nodes, strict=True):
+            assert y.reachable and x.ips == y.ips
+            assert [(c.name, c.state) for c in x.containers] == [
+                (c.name, c.state) for c in y.containers
+            ]
+            assert x.env == y.env and x.vllm_pid == y.vllm_pid
+            assert [(g.name, g.uuid) for g in x.gpus] == [(g.name, g.uuid) for g in y.gpus]
+    assert [r.node_id for r in a.ray_nodes] == [r.node_id for r in b[0].ray_nodes]
+    node = stopped.node("spark-2")
+    assert node is not None and [c.state for c in node.containers] == ["exited"]
+    deadline = time.monotonic() + 10
+    while mine & _resident_bashes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not mine & _resident_bashes(), "a resident probe outlived the monitor"
