@@ -173,7 +173,11 @@ fi
 # Ray table (a Python start in the container) when it changes, not every few ticks.
 if [ "$HEAD" = 1 ] && [ -n "$GPORT" ]; then
   if have gcs_peers; then
-    beg gcs_conns; gcs_peers "$GPORT"; fin gcs_conns rc=0
+    # (the resident probe: again when K_gcs changed, kept in the shell, no subshell)
+    if [ -z "${K_gcs:-}" ] || [ "$K_gcs $GPORT" != "${KEPTKEY_gcs-}" ]; then
+      gcs_peers "$GPORT"; KEPTKEY_gcs=${K_gcs:+$K_gcs $GPORT}
+    fi
+    beg gcs_conns; printf '%s' "$GCS_PEERS"; fin gcs_conns rc=0
   elif have awk; then
     beg gcs_conns
     awk -v p=":$GPORT" 'toupper(substr($2, length($2) - 4)) == p && $4 == "01" { print $3 }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
@@ -263,7 +267,9 @@ if [ "$HEAD" = 1 ] && [ -n "$VLOG" ]; then
     fi
     VK="$VLOG $VLOGB ${VSEQ:-0}"
   fi
-  cached vlog "$VK" vllm_log
+  # unchanged since the console read it: it keeps what it parsed then
+  if [ -n "$VK" ] && [ "$VK" = "${KEPTKEY_vlog-}" ]; then mark vllm_log skipped:unchanged
+  else vllm_log; KEPTKEY_vlog=$VK; fi
 fi
 if [ -n "$RAYTMP" ]; then
   wait "$RAYPID"; cat "$RAYTMP"

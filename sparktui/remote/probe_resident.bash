@@ -12,7 +12,7 @@
 # broke); each helper also ends on its own soon after if this shell is killed.
 #  $1 probe.sh   $2 ray_nodes.py   $3 probe_env.sh   $4 http_get.py
 #  $5 the GPU loop's interval in ms (the console's refresh)
-# The K_*, GPUS_CACHED and rhttp this file sets are probe.sh's (see its head):
+# The K_*, GPUS_CACHED, rhttp and gcs_peers this file sets are probe.sh's (see its head):
 # shellcheck disable=SC2034,SC2329
 PROBE=$1; SNIP=$2; ENVS=$3; HTTPPY=$4; GMS=$5
 RD=$(mktemp -d 2>/dev/null) || RD=
@@ -86,10 +86,11 @@ resident_overrides() {
   }
 }
 
-# gcs_peers PORT_HEX: the remote ends of established TCP connections to that local port
-# (what probe.sh's awk prints)
+# gcs_peers PORT_HEX: GCS_PEERS is the remote ends of established TCP connections to that
+# local port, a line each (what probe.sh's awk prints)
 gcs_peers() {
   local f l a
+  GCS_PEERS=
   for f in /proc/net/tcp /proc/net/tcp6; do
     [ -r "$f" ] || continue
     mapfile -t a <"$f" || continue
@@ -98,7 +99,7 @@ gcs_peers() {
       # the line's fields after the port: split on purpose
       # shellcheck disable=SC2086
       set -- "$1" $l
-      [ "$5" = 01 ] && [ "${3##*:}" = "$1" ] && printf '%s\n' "$4"
+      [ "$5" = 01 ] && [ "${3##*:}" = "$1" ] && GCS_PEERS=$GCS_PEERS$4$'\n'
     done
   done
   return 0
@@ -171,8 +172,11 @@ watch() {
   # a source is read again when its watcher saw a change, or at this age (s); without its
   # watcher, every tick
   K_containers=; K_procs=; K_addr=
-  [ -n "$EFD" ] && K_containers="$ESEQ $((SECONDS / 30))" && K_procs="$ESEQ $((SECONDS / 20))"
-  [ -n "$IFD" ] && K_addr="$ISEQ $((SECONDS / 60))"
+  [ -n "$EFD" ] && K_containers="$ESEQ $((SECONDS / 120))" && K_procs="$ESEQ $((SECONDS / 60))"
+  [ -n "$IFD" ] && K_addr="$ISEQ $((SECONDS / 120))"
+  # who is connected to Ray's GCS: reading /proc/net/tcp* walks the kernel's whole socket
+  # table (~4 ms of system time a file on the lab), so every 10 s
+  K_gcs=$((SECONDS / 10))
   drain_gpu
 }
 

@@ -434,7 +434,8 @@ def _version(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
 
 
 def _vllm_log(sec: Section, secs: dict[str, Section], res: ProbeResult) -> None:
-    res.vllm_log_tail = sec.body
+    if not sec.skipped:  # skipped:unchanged (resident probe): what was read last still holds
+        res.vllm_log_tail = sec.body
 
 
 @dataclass(frozen=True)

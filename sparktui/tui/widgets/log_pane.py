@@ -80,6 +80,10 @@ class LogView(ScrollView, can_focus=True):
         """The view moved; the pane updates its status line."""
 
     SYNC_INTERVAL = 0.1  # seconds: how often, at most, a flood of lines is put on screen
+    # ... unless lines come so fast that one would pass through the pane between two syncs
+    # unseen: then as often as that takes (a pane's height of lines per sync), down to one
+    # 60 Hz frame
+    SYNC_MIN = 1 / 60
 
     def __init__(self, max_lines: int = 20000) -> None:
         super().__init__(id="log-view")
@@ -98,6 +102,8 @@ class LogView(ScrollView, can_focus=True):
         self._cache: LRUCache[tuple[int, str | None], Strip] = LRUCache(512)
         self._synced_at = 0.0
         self._sync_timer: Timer | None = None
+        self._arrived = 0  # lines added since the last sync
+        self._rate = 0.0  # lines per second over the last sync period
 
     # ------------------------------------------------------------------ data
 
@@ -145,18 +151,31 @@ class LogView(ScrollView, can_focus=True):
         # On screen at once after a quiet spell, then at most every SYNC_INTERVAL while
         # lines keep coming: a flood would otherwise cost a layout and a repaint of the
         # pane per batch, and leave the keys waiting behind them.
+        self._arrived += len(shown)
         if self._sync_timer is None:
-            wait = self._synced_at + self.SYNC_INTERVAL - time.monotonic()
+            wait = self._synced_at + self.sync_interval() - time.monotonic()
             if wait <= 0:
                 self._sync()
             else:
                 self._sync_timer = self.set_timer(wait, self._sync)
         return new
 
+    def sync_interval(self) -> float:
+        """How long lines may wait before they are put on screen (see SYNC_INTERVAL)."""
+        if not self.following or self._rate <= 0:
+            return self.SYNC_INTERVAL
+        rows = max(1, self.size.height)
+        return min(self.SYNC_INTERVAL, max(self.SYNC_MIN, 0.8 * rows / self._rate))
+
     def _sync(self) -> None:
         """Show what add_lines appended: size, scroll to the newest line, repaint."""
         self._sync_timer = None
-        self._synced_at = time.monotonic()
+        now = time.monotonic()
+        period = now - self._synced_at
+        # a quiet spell (or the first sync) says nothing about a flood's rate
+        self._rate = self._arrived / period if 0 < period < 1.0 else 0.0
+        self._arrived = 0
+        self._synced_at = now
         self.virtual_size = Size(self._width, len(self.view))
         if self.following:
             # now (the next frame shows the newest line) and, if the layout that comes with
