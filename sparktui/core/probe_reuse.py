@@ -24,7 +24,7 @@ ENV_MAX_AGE = 60.0  # seconds: the environment is read again at least this often
 # at least every 20 s: the age is only the net under the key
 ENV_MAX_AGE_RESIDENT = 300.0
 APPS_EVERY = 5  # nvidia-smi --query-compute-apps on every Nth probe of a node
-APPS_EVERY_RESIDENT = 15
+APPS_EVERY_RESIDENT = 30  # about a minute at the default 2 s refresh
 
 
 @dataclass

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparktui.core.probe_reuse import APPS_EVERY, ENV_MAX_AGE, ProbeReuse
+from sparktui.core.probe_reuse import (
+    APPS_EVERY,
+    APPS_EVERY_RESIDENT,
+    ENV_MAX_AGE,
+    ENV_MAX_AGE_RESIDENT,
+    ProbeReuse,
+)
 from sparktui.core.probes.script import parse_probe
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "probe"
@@ -50,3 +56,23 @@ def test_a_failed_node_starts_from_nothing() -> None:
     skipped = _probe("lab_worker_probe_api_unchanged.txt")
     r.merge("n", skipped, 1.0)  # a skip the monitor holds no copy for fills nothing
     assert skipped.env == {} and r.args("n", 2.0)[1] is None
+
+
+def test_the_resident_cadence_asks_gpu_processes_again_when_vllm_changes() -> None:
+    """The resident probe asks the GPU processes every APPS_EVERY_RESIDENT probes, and at once
+    when the vLLM processes (the env key) changed since they were read."""
+    r = ProbeReuse(APPS_EVERY_RESIDENT, ENV_MAX_AGE_RESIDENT)
+    r.merge("n", _probe("lab_worker_probe_api.txt"), 0.0)
+    asked = []
+    for i in range(1, APPS_EVERY_RESIDENT):
+        asked.append(r.args("n", float(i))[0])
+        r.merge("n", _probe("lab_worker_probe_api_unchanged.txt"), float(i))
+    assert set(asked) == {"gpus"}  # nothing changed: not asked again within the cadence
+    moved = _probe("lab_worker_probe_api_unchanged.txt")
+    moved.env_key = f"{moved.env_key} 4242"  # a new vLLM process in the container
+    r.merge("n", moved, 100.0)
+    assert r.args("n", 101.0)[0] == "gpus,apps"
+    full = _probe("lab_worker_probe_api.txt")
+    r.merge("n", full, 102.0)
+    assert r.args("n", 103.0) == ("gpus", full.env_key)
+    assert r.args("n", 102.0 + ENV_MAX_AGE_RESIDENT)[1] is None  # the age net under the key
