@@ -22,7 +22,8 @@ own observer, so the two pipelines never compete for the 2 cores over the same l
 
 Same lines, same node and sshd, one clock, interleaved in time: noise hits both. Between
 writes the bench waits a random 50-250 ms (no phase lock with any poll interval). Figure: median app latency;
-reference: median `ssh tail -F` latency; target ≤ 1.2×.
+reference: median `ssh tail -F` latency. A stage, reported without a target (issue 19): the
+user sees the terminal, and `console_bench` holds the line-until-on-the-terminal targets.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import statistics
 import sys
 import time
 
-from bench.common import Row, ratio_row
+from bench.common import Row
 
 MARK = "sparktui-bench-latency"
 
@@ -249,16 +250,17 @@ def run(quick: bool) -> list[Row]:
         f"{_pct(app, 0.9) * 1000:.1f} ms, ssh {_pct(ref, 0.9) * 1000:.1f} ms; "
         f"next refresh after: median {statistics.median(drawn) * 1000:.1f} ms"
     )
-    row = ratio_row(
+    # reported only: the target is on the terminal (bench/console_bench.py); a lost line
+    # still fails
+    row = Row(
         f"vLLM log line until in the log pane (median of {n_lines})",
         value,
+        "s",
         "ssh head tail -F (same lines, own file)",
         statistics.median(ref),
-        1.2,
+        ok=False if f["lost"] else None,
         note=note,
     )
-    if f["lost"]:
-        row.ok = False
     # where the time goes, reported only: the line as the SSH channel hands it to the
     # follower inside the app (node-side reader + network + asyncssh), before any app work
     stage = Row(
