@@ -25,15 +25,20 @@ if have timeout; then T() { timeout "$@"; }; else T() { shift; "$@"; }; fi
 beg() { printf '@@sparktui:%s@@\n' "$1"; }
 fin() { printf '\n@@sparktui:/%s %s@@\n' "$1" "$2"; }
 mark() { beg "$1"; fin "$1" "$2"; }
+# stale NAME KEY: true when NAME must be read (again): no KEY, or not the one it was read for
+# (then KEY is recorded as read)
+stale() {
+  [ -n "$2" ] || return 0
+  if eval "[ \"\${KEPTKEY_$1-}\" = \"\$2\" ]"; then return 1; fi
+  eval "KEPTKEY_$1=\$2"
+}
 # cached NAME KEY CMD...: what CMD prints (its sections), printed again while KEY is the key
 # it was read for; an empty KEY: run it now
 cached() {
   n=$1; k=$2; shift 2
-  if [ -n "$k" ] && eval "[ \"\${KEPTKEY_$n-}\" = \"\$k\" ]"; then
-    eval "printf '%s' \"\$KEPT_$n\""; return 0
-  fi
+  if ! stale "$n" "$k"; then eval "printf '%s' \"\$KEPT_$n\""; return 0; fi
   o=$("$@"; printf x); o=${o%x}
-  eval "KEPT_$n=\$o; KEPTKEY_$n=\$k"
+  eval "KEPT_$n=\$o"
   printf '%s' "$o"
 }
 # readf FILE: a file's text with the shell's own read (no program started)
@@ -123,9 +128,7 @@ list_containers() {
 }
 RUNNING=0; CID=
 if have docker; then
-  if [ -z "${K_containers:-}" ] || [ "$K_containers" != "${KEPTKEY_dps-}" ]; then
-    list_containers; KEPTKEY_dps=${K_containers:-}
-  fi
+  if stale dps "${K_containers:-}"; then list_containers; fi
   R=$DR
   beg containers; printf '%s' "$DRAW"; fin containers "rc=$R"
   if [ "$R" = 0 ] && [ -n "$C" ]; then
@@ -146,14 +149,13 @@ if have docker; then
   # console keeps what it read (no docker exec).
   KEY=
   if [ "$RUNNING" = 1 ] && [ -n "$CID" ]; then
-    if [ -z "${K_procs:-}" ] || [ "$K_procs" != "${KEPTKEY_procs-}" ]; then
+    if stale procs "${K_procs:-}"; then
       V=$(grep -laP 'vllm\x00serve|vllm\.entrypoints\.openai\.api_server' /proc/[0-9]*/cmdline 2>/dev/null)
       case $? in  # 2: no -P, or a process left while grep read it: no key, read it
         0) VP=" $(printf '%s' "$V" | tr -cs '0-9' ' ')" ;;
         1) VP= ;;
         *) VP=- ;;
       esac
-      KEPTKEY_procs=${K_procs:-}
     fi
     case $VP in -) ;; *) KEY=$CID$VP ;; esac
     beg env_key; printf '%s' "$KEY"; fin env_key rc=0
@@ -174,9 +176,7 @@ fi
 if [ "$HEAD" = 1 ] && [ -n "$GPORT" ]; then
   if have gcs_peers; then
     # (the resident probe: again when K_gcs changed, kept in the shell, no subshell)
-    if [ -z "${K_gcs:-}" ] || [ "$K_gcs $GPORT" != "${KEPTKEY_gcs-}" ]; then
-      gcs_peers "$GPORT"; KEPTKEY_gcs=${K_gcs:+$K_gcs $GPORT}
-    fi
+    if stale gcs "${K_gcs:+$K_gcs $GPORT}"; then gcs_peers "$GPORT"; fi
     beg gcs_conns; printf '%s' "$GCS_PEERS"; fin gcs_conns rc=0
   elif have awk; then
     beg gcs_conns
@@ -268,8 +268,7 @@ if [ "$HEAD" = 1 ] && [ -n "$VLOG" ]; then
     VK="$VLOG $VLOGB ${VSEQ:-0}"
   fi
   # unchanged since the console read it: it keeps what it parsed then
-  if [ -n "$VK" ] && [ "$VK" = "${KEPTKEY_vlog-}" ]; then mark vllm_log skipped:unchanged
-  else vllm_log; KEPTKEY_vlog=$VK; fi
+  if stale vlog "$VK"; then vllm_log; else mark vllm_log skipped:unchanged; fi
 fi
 if [ -n "$RAYTMP" ]; then
   wait "$RAYPID"; cat "$RAYTMP"
