@@ -10,6 +10,11 @@ user's log. `healthy_public.yaml` holds real logs of runs that worked.
     python -m tests.crash_corpus train      # accuracy and every miss (for pattern work)
     python -m tests.crash_corpus heldout    # accuracy and the misses (to report, not tune)
     python -m tests.crash_corpus export-train FILE   # the train cases only, one file
+    python -m tests.crash_corpus learn      # rebuild sparktui/knowledge/learned.json
+    python -m tests.crash_corpus healthy-margins   # each healthy train log left out in turn
+
+The learned vote (`sparktui/knowledge/learned.py`) is trained on the train cases and the
+healthy logs of the train split (by the same URL hash) plus the lab's own healthy serve logs.
 """
 
 from __future__ import annotations
@@ -28,6 +33,13 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 PUBLIC = FIXTURES / "crashlogs"
 HELDOUT_PERCENT = 35
 REQUIRED = ("id", "category", "source", "url", "confidence", "log", "root_cause", "fix")
+LAB_HEALTHY = (  # the lab's real logs of runs that worked: vLLM serving, Ray's nodes starting
+    "vllm/vllm_cpu_serve_ok.log",
+    "vllm/lab/serve_tp2_healthy.vllm.log",
+    "vllm/lab/serve_tp2_worker_raylet_killed.spark-1.ray.log",
+    "vllm/lab/seed_pg_ip_mismatch_cli.spark-1.ray.log",
+    "vllm/lab/seed_pg_ip_mismatch_cli.spark-2.ray.log",
+)
 
 
 def split_of(url: str) -> str:
@@ -86,6 +98,29 @@ def of_split(split: str) -> list[Case]:
     return [c for c in cases() if c.split == split]
 
 
+def learn_docs() -> list[tuple[str, str]]:
+    """(class, log) pairs the learned vote is trained on: train split and healthy logs only."""
+    from sparktui.knowledge.learned import HEALTHY
+
+    docs = [(c.category, c.log) for c in of_split("train")]
+    docs += [(HEALTHY, h["log"]) for h in healthy() if split_of(h["url"]) == "train"]
+    docs += [(HEALTHY, (FIXTURES / f).read_text("utf-8")) for f in LAB_HEALTHY]
+    return docs
+
+
+def learned_data() -> dict:
+    """What `learn` writes: the model built from `learn_docs()`."""
+    from sparktui.knowledge import learned
+
+    docs = learn_docs()
+    meta = {
+        "built_by": "python -m tests.crash_corpus learn",
+        "from": f"{sum(c != learned.HEALTHY for c, _ in docs)} train cases and "
+        f"{sum(c == learned.HEALTHY for c, _ in docs)} healthy logs (no held-out case)",
+    }
+    return learned.train(docs, meta)
+
+
 @dataclass
 class Score:
     right: int
@@ -137,6 +172,30 @@ def main(argv: list[str]) -> int:
             yaml.safe_dump(train, sort_keys=False, allow_unicode=True, width=1000), "utf-8"
         )
         print(f"{len(train)} train cases -> {argv[1]}")
+        return 0
+    if argv == ["learn"]:
+        from sparktui.knowledge import learned
+
+        data = learned_data()
+        learned.MODEL.write_text(learned.dumps(data), "utf-8")
+        print(f"{data['from']}, {len(data['words'])} words -> {learned.MODEL}")
+        return 0
+    if argv == ["healthy-margins"]:
+        from sparktui.knowledge import learned
+
+        docs = learn_docs()
+        margins = []
+        for i, (cls, log) in enumerate(docs):
+            if cls != learned.HEALTHY:
+                continue
+            vote = learned.Model(learned.train(docs[:i] + docs[i + 1 :])).vote(log)
+            margins.append(vote.margin if vote else float("-inf"))
+        over = sum(m >= learned.HEALTHY_MARGIN for m in margins)
+        print(
+            f"healthy logs left out in turn, log-odds of the best failure class: "
+            f"{sorted(round(m, 1) for m in margins)}; {over} at or over "
+            f"HEALTHY_MARGIN {learned.HEALTHY_MARGIN}"
+        )
         return 0
     if argv == ["stats"]:
         all_cases = cases()

@@ -17,6 +17,10 @@
   only on a finished log (`final=True`), never while a live log may still finish them.
 - Never silent on a failed log: when no error finding stands but fallback patterns saw an
   exception or an ERROR/FATAL line, an `unrecognised-error` finding quotes the last one.
+- The learned vote (`learned.py`): a complete log no pattern explains (no finding, or only
+  the unrecognised quote) gets, first, the category its words read most like, learned from
+  the corpus' train logs, with the line that points there most - on a failed log, or on
+  another one only when it reads far more like a failure than like a healthy run.
 - Hints name the likely category when nothing more specific does: a category's keywords
   (`hint` patterns: NCCL, /dev/shm, placement group, ...) counted over the log, the category
   with the most hits wins - but only in a log that shows it failed (a fallback hit, or a
@@ -29,12 +33,15 @@ live log can feed it for days.
 
 from __future__ import annotations
 
+import io
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from sparktui.core.model import SEVERITY_RANK, Finding
+from sparktui.knowledge import learned
 from sparktui.knowledge.kb import KnowledgeBase, Pattern
 from sparktui.knowledge.matcher import Hit, Matcher
 
@@ -52,6 +59,7 @@ ROLE_RANK = {
 }
 MAX_KEYS = 256  # values of an absence's `same` capture remembered per pattern
 UNRECOGNISED = "unrecognised-error"
+LEARNED = "learned-vote"
 HINT_CAP = 3  # hits of one hint pattern that count towards its category's vote
 NO_ROOT_CAUSE = "Root cause not in this log excerpt: only wrapper/aftermath messages were found. "
 NO_ROOT_CAUSE_FIX = (
@@ -95,9 +103,10 @@ class Diagnosis:
     def clear(self) -> None:
         self.evidence.clear()
 
-    def findings(self, *, final: bool = False) -> list[Finding]:
-        """Triaged findings; `final`: the log is complete, so absences count too."""
-        return triage(self.evidence, self.kb, final=final)
+    def findings(self, *, final: bool = False, text: str | None = None) -> list[Finding]:
+        """Triaged findings; `final`: the log is complete, so absences count too; `text`:
+        the log (its end), for the learned vote when no pattern explains it."""
+        return triage(self.evidence, self.kb, final=final, text=text)
 
 
 def _keyed_patterns(kb: KnowledgeBase) -> dict[str, str]:
@@ -147,11 +156,16 @@ class _Group:
 
 
 def triage(
-    evidence: dict[str, Evidence] | Iterable[Hit], kb: KnowledgeBase, *, final: bool = False
+    evidence: dict[str, Evidence] | Iterable[Hit],
+    kb: KnowledgeBase,
+    *,
+    final: bool = False,
+    text: str | None = None,
 ) -> list[Finding]:
     """Findings, root cause first. Accepts accumulated evidence or plain hits.
 
     `final`: the log is complete (a file, a pasted excerpt), so absences are judged.
+    `text`: that log (or its end): the learned vote reads it when no pattern explains it.
     """
     if not isinstance(evidence, dict):
         d = Diagnosis(kb)
@@ -237,7 +251,42 @@ def triage(
             named += 1
     if final and fallback and quiet:
         out.insert(named, _unrecognised(fallback, kb))
+    if final and text and (not out or out[0].category == "unknown"):
+        vote = _voted(text, kb, failed=bool(failed))
+        if vote is not None:
+            out.insert(0, vote)
     return out
+
+
+def _voted(text: str, kb: KnowledgeBase, *, failed: bool) -> Finding | None:
+    """The learned vote as a finding: on a failed log, or on one far from a healthy run."""
+    model = learned.builtin()
+    vote = model.vote(text) if model is not None else None
+    if vote is None or vote.category not in kb.categories:
+        return None
+    if not failed and vote.margin < learned.HEALTHY_MARGIN:
+        return None
+    category = kb.categories[vote.category]
+    said = f" ({', '.join(vote.words)})" if vote.words else ""
+    return Finding(
+        id=LEARNED,
+        severity="error" if failed else "warning",
+        node=None,
+        message=(
+            f"Probably: {category.title[:1].lower()}{category.title[1:]}. No known signature "
+            f"matched; this log's words{said} read most like the {vote.cases} real logs of "
+            "this kind sparktui learned from"
+        ),
+        fix=format_fix(list(category.fix)),
+        source="log",
+        category=vote.category,
+        title=category.title,
+        explanation=category.explanation,
+        links=category.links,
+        line=vote.line or None,
+        text=vote.text or None,
+        captures={"runner_up": vote.runner_up or ""},
+    )
 
 
 def _hinted(hints: list[Evidence], kb: KnowledgeBase, taken: set[str | None]) -> Finding | None:
@@ -358,14 +407,42 @@ def diagnose_bytes(data: bytes, matcher: Matcher) -> list[Finding]:
     """Findings of a complete log."""
     d = Diagnosis(matcher.kb)
     d.add(matcher.scan_bytes(data))
-    return d.findings(final=True)
+    return d.findings(final=True, text=_text(data[-learned.TAIL_BYTES :]))
 
 
 def diagnose_stream(f: BinaryIO, matcher: Matcher) -> list[Finding]:
     """Findings of a complete log read from `f` (bounded memory)."""
     d = Diagnosis(matcher.kb)
-    d.add(matcher.scan_stream(f))
-    return d.findings(final=True)
+    tail = _Tail(f, learned.TAIL_BYTES)
+    d.add(matcher.scan_stream(cast(BinaryIO, tail)))
+    return d.findings(final=True, text=_text(tail.end()))
+
+
+def _text(data: bytes) -> str:
+    """A log's end as text, from its first whole line."""
+    text = data.decode("utf-8", "replace")
+    return text if len(data) < learned.TAIL_BYTES else text.partition("\n")[2]
+
+
+class _Tail:
+    """A binary reader that keeps the last `keep` bytes read through it."""
+
+    def __init__(self, f: BinaryIO, keep: int) -> None:
+        self.f, self.keep = f, keep
+        self.parts: deque[bytes] = deque()
+        self.size = 0
+
+    def readinto(self, buf: memoryview) -> int:
+        n = cast(io.BufferedIOBase, self.f).readinto(buf) or 0
+        if n:
+            self.parts.append(bytes(buf[max(0, n - self.keep) : n]))
+            self.size += min(n, self.keep)
+            while self.size - len(self.parts[0]) >= self.keep:
+                self.size -= len(self.parts.popleft())
+        return n
+
+    def end(self) -> bytes:
+        return b"".join(self.parts)[-self.keep :]
 
 
 def diagnose_file(path: str | Path, matcher: Matcher) -> list[Finding]:

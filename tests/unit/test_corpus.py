@@ -15,12 +15,11 @@ from sparktui.knowledge import Matcher, diagnose_bytes, diagnose_file, load_buil
 from tests import crash_corpus
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-# The issue's target for held-out is 90 %; measured 242/304 = 79.6 % (2026-12-01, after four
-# rounds of pattern writing on train only: rounds 1-2 117/145 and 45/51 as before, round 3
-# 54/69, round 4 26/39 - the newer rounds' never-seen logs are harder, 76 % of round 4 was
-# right before anything was written from it). The floor below guards against regressions;
+# The issue's target for held-out is 90 %; measured 295/353 = 83.6 % (2026-12-02: five rounds
+# of pattern writing on train only - 279/353 = 79.0 % - then the learned vote, trained on the
+# train split, where no pattern names a cause). The floor below guards against regressions;
 # it is raised only when a new measurement - never tuning on held-out - gets there.
-TRAIN_MIN, HELDOUT_MIN = 0.97, 0.78
+TRAIN_MIN, HELDOUT_MIN = 0.97, 0.83
 HEALTHY_FILES = ["vllm/vllm_cpu_serve_ok.log", "vllm/lab/serve_tp2_healthy.vllm.log"]
 FAILED_RE = re.compile(r"Traceback \(most recent call last\)|\b(?:ERROR|FATAL)\b")
 
