@@ -491,3 +491,45 @@ def test_shipped_themes_define_every_slot(name):
     ts = load_themes(None)
     assert not ts.errors
     assert set(SLOTS) <= set(ts.themes[name].variables)
+
+
+async def test_lines_and_refresh_ticks_repaint_without_laying_the_screen_out(monkeypatch):
+    """A layout repaints every widget (20-25 ms a frame on a 2 GHz core): new log lines, and
+    a refresh tick that changes words but no size, must not ask for one."""
+    from textual.screen import Screen
+
+    from sparktui.tui.widgets.header import HeaderBar
+
+    layouts = []
+    real = Screen._refresh_layout
+
+    def counted(self, *args, **kwargs):
+        layouts.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Screen, "_refresh_layout", counted)
+    app, backend = await make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        view = app.screen.query_one(LogView)
+        backend.feed([f"INFO line {i}" for i in range(200)])  # past the pane: a scrollbar
+        await shown(pilot, view, 200)
+        await pilot.pause(0.2)
+        assert view.show_vertical_scrollbar
+        before = len(layouts)
+        for k in range(5):
+            backend.feed([f"INFO more {k}.{i}" for i in range(7)])
+            await shown(pilot, view, 200 + 7 * (k + 1))
+            await pilot.pause(0.05)
+        assert len(layouts) == before, "a log sync laid the whole screen out"
+        # the view is at the newest line and the scrollbar's thumb with it
+        assert view.scroll_y == view.max_scroll_y
+        assert view.vertical_scrollbar.position == view.scroll_y
+        header = app.screen.query_one(HeaderBar)
+        header.refresh_text = header.refresh_text.replace("s ·", "s  ·", 1)  # one cell wider
+        await pilot.pause(0.1)
+        grown = len(layouts)
+        assert grown > before, "a label that grew must be laid out"
+        header.refresh_text = header.refresh_text[:-1] + "x"  # same width
+        await pilot.pause(0.1)
+        assert len(layouts) == grown

@@ -8,6 +8,8 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Label
 
+from sparktui.tui.widgets.text import set_text
+
 
 class HeaderBar(Horizontal):
     """One line: `sparktui · cluster <name>  [DEMO] [READ-ONLY]  refresh …`. The screen
@@ -38,10 +40,10 @@ class HeaderBar(Horizontal):
         yield Label(self.refresh_text, id="refresh", markup=False)
 
     def watch_refresh_text(self, text: str) -> None:
-        self.query_one("#refresh", Label).update(text)
+        set_text(self.query_one("#refresh", Label), text)
 
     def watch_stale(self, stale: bool) -> None:
         self.query_one("#refresh", Label).set_class(stale, "-stale")
 
     def watch_action_text(self, text: str) -> None:
-        self.query_one("#action-state", Label).update(text)
+        set_text(self.query_one("#action-state", Label), text)

@@ -13,6 +13,7 @@ from textual.widgets import Static
 from sparktui.core.checks import IFNAME_VARS
 from sparktui.core.model import NodeState, ip_mismatch
 from sparktui.core.secrets import mask_secrets
+from sparktui.tui.widgets.text import set_text
 
 OK = "$node-ok"
 DOWN = "$node-down"
@@ -225,8 +226,9 @@ class NodePane(Vertical):
         self.set_class(node.reachable and not (ray_bad or host_bad), "-ok")
         if not self.is_mounted:
             return
-        self.query_one(".node-body", Static).update(
-            render_node(node, self.container_name, self.backend)
+        set_text(
+            self.query_one(".node-body", Static),
+            render_node(node, self.container_name, self.backend),
         )
         self._history = list(history)
         self._draw_history()
@@ -238,4 +240,4 @@ class NodePane(Vertical):
         if not self.is_mounted:
             return
         width = max(0, self.content_region.width - len("history "))
-        self.query_one(".node-history", Static).update(spark(self._history, width))
+        set_text(self.query_one(".node-history", Static), spark(self._history, width))

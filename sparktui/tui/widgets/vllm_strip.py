@@ -9,6 +9,7 @@ from textual.widgets import Static
 
 from sparktui.core.model import VllmStatus
 from sparktui.core.phases import format_seconds
+from sparktui.tui.widgets.text import set_text
 
 
 def _num(v: float | None, fmt: str = "{:g}") -> str:
@@ -93,4 +94,4 @@ class VllmStrip(Static):
         self.port = port
 
     def update_status(self, v: VllmStatus) -> None:
-        self.update(render_vllm(v, self.port))
+        set_text(self, render_vllm(v, self.port))
