@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
 from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -99,7 +98,11 @@ class LogView(ScrollView, can_focus=True):
         self._seq = 0
         self._width = 0
         self._sources: dict[str, None] = {}  # the nodes seen, in the order they came
-        self._cache: LRUCache[tuple[int, str | None], Strip] = LRUCache(512)
+        # rows as drawn (with the view's style, cropped to its width): a frame redraws every
+        # row when the view scrolls by one line, and each row's style and strips cost as
+        # much as the rest of the frame; a following view redraws only the new lines
+        self._rows: LRUCache[tuple[int, str | None, int, int], Strip] = LRUCache(1024)
+        self._base: Style | None = None  # the view's own style (rich_style walks the DOM)
         self._synced_at = 0.0
         self._sync_timer: Timer | None = None
         self._arrived = 0  # lines added since the last sync
@@ -336,7 +339,8 @@ class LogView(ScrollView, can_focus=True):
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
-        self._cache.clear()
+        self._rows.clear()
+        self._base = None
 
     def _style(self, e: LogEntry) -> Style:
         if e.finding:
@@ -347,32 +351,40 @@ class LogView(ScrollView, can_focus=True):
             return self.get_component_rich_style(f"logview--{e.level}")
         return Style()
 
-    def _strip(self, e: LogEntry) -> Strip:
-        key = (e.seq, e.finding)
-        cached = self._cache.get(key)
-        if cached is not None:
-            return cached
+    def _segments(self, e: LogEntry, base: Style | None) -> tuple[list[Segment], int]:
+        """The line's segments (marker, node, text: plain text, never markup), each style
+        on top of `base`; and their width in cells."""
         text = e.text if len(e.text) <= RENDER_MAX else e.text[:RENDER_MAX] + " …"
-        line = Text(no_wrap=True, end="")
-        line.append("▶ " if e.finding else "  ", self._style(e) if e.finding else "")
+        parts: list[tuple[str, Style | None]] = [
+            ("▶ " if e.finding else "  ", self._style(e) if e.finding else None)
+        ]
         if len(self._sources) > 1:
-            line.append(f"{e.node} ", self.get_component_rich_style("logview--node"))
-        line.append(text, self._style(e))  # plain text: never markup
-        segments = list(line.render(self.app.console))
-        strip = Strip(segments, cell_len(line.plain))
-        self._cache[key] = strip
-        return strip
+            parts.append((f"{e.node} ", self.get_component_rich_style("logview--node")))
+        parts.append((text, self._style(e)))
+        if base:
+            parts = [(t, base + st if st else base) for t, st in parts]
+        return [Segment(t, st) for t, st in parts], sum(cell_len(t) for t, _ in parts)
+
+    def _strip(self, e: LogEntry) -> Strip:
+        """One line as its own strip (without the view's style)."""
+        return Strip(*self._segments(e, None))
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
         index = scroll_y + y
         width = self.size.width
-        base = self.rich_style
+        if self._base is None:
+            self._base = self.rich_style
+        base = self._base
         if index >= len(self.view):
             return Strip.blank(width, base)
-        strip = self._strip(self.view[index])
-        strip = Strip(Segment.apply_style(strip, base), strip.cell_length) if base else strip
-        return strip.crop_extend(scroll_x, scroll_x + width, base)
+        e = self.view[index]
+        key = (e.seq, e.finding, scroll_x, width)
+        row = self._rows.get(key)
+        if row is None:
+            strip = Strip(*self._segments(e, base))
+            row = self._rows[key] = strip.crop_extend(scroll_x, scroll_x + width, base)
+        return row
 
 
 class LogPane(Vertical):
