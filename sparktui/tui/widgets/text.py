@@ -1,10 +1,9 @@
 """Updating a text widget without repainting the whole screen.
 
-`Static.update()` asks for a layout of the screen, and a layout repaints every widget on it
-(20-25 ms a frame on a 2 GHz core). A refresh tick changes a few words in several widgets
-(the header's tick, the vLLM strip, each node pane) whose size stays the same: `set_text`
-skips an update that changes nothing and lays the screen out only when the widget's size may
-change.
+`Static.update()` asks for a layout of the screen, and a layout repaints every widget on it.
+A refresh tick changes a few words in several widgets (the header's tick, the vLLM strip, each
+node pane) whose size stays the same: `set_text` skips an update that changes nothing and lays
+the screen out only when the widget's size may change.
 """
 
 from __future__ import annotations
