@@ -533,3 +533,41 @@ async def test_lines_and_refresh_ticks_repaint_without_laying_the_screen_out(mon
         header.refresh_text = header.refresh_text[:-1] + "x"  # same width
         await pilot.pause(0.1)
         assert len(layouts) == grown
+
+
+async def test_the_log_scrollbar_draws_again_only_when_its_thumb_moves(monkeypatch):
+    """A followed log with thousands of lines keeps its thumb on the same cell while lines
+    come: the bar's rows are not drawn again each frame; scrolling up moves it and they are."""
+    from textual.scrollbar import ScrollBar
+
+    from sparktui.tui.widgets.log_pane import ThumbScrollBar
+
+    drawn = []
+    real = ScrollBar.render
+
+    def counted(self):
+        drawn.append(1)
+        return real(self)
+
+    monkeypatch.setattr(ScrollBar, "render", counted)
+    app, backend = await make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        view = app.screen.query_one(LogView)
+        assert isinstance(view.vertical_scrollbar, ThumbScrollBar)
+        backend.feed([f"INFO line {i}" for i in range(5000)])
+        await shown(pilot, view, 5000)
+        await pilot.pause(0.2)
+        assert view.show_vertical_scrollbar and drawn
+        before = len(drawn)
+        for k in range(5):
+            backend.feed([f"INFO more {k}.{i}" for i in range(7)])
+            await shown(pilot, view, 5000 + 7 * (k + 1))
+            await pilot.pause(0.05)
+        assert view.scroll_y == view.max_scroll_y
+        assert len(drawn) == before, "the bar was drawn again with its thumb where it was"
+        view.focus()
+        await pilot.press("home")
+        await pilot.pause(0.2)
+        assert view.scroll_y == 0
+        assert len(drawn) > before, "the thumb moved to the top, the bar must be drawn again"

@@ -9,6 +9,7 @@ import re
 import time
 from bisect import bisect_left
 from dataclasses import dataclass
+from math import ceil
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -19,9 +20,10 @@ from textual.binding import Binding
 from textual.cache import LRUCache
 from textual.containers import Vertical
 from textual.content import Content
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
+from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 from textual.timer import Timer
 from textual.widgets import Input, Static
@@ -57,6 +59,44 @@ class LogEntry:
     level: str | None = None  # level_of(text), worked out when the line is first drawn
     finding: str | None = None  # severity of a finding matched on this line
     finding_id: str | None = None
+
+
+class ThumbScrollBar(ScrollBar):
+    """A scrollbar that draws its rows again only when what it shows changes.
+
+    A followed log moves the bar's position at every sync, but with thousands of lines the
+    thumb stays on the same eighth of a cell: Textual's bar would still draw every row of it
+    again, each frame (1.9 ms of a 7 ms frame under 2k lines/s on the test machine). The rows
+    drawn are kept while the thumb, the bar's size and its hover and grab states stay.
+    """
+
+    _drawn: tuple | None = None
+    _lines: list[Strip] | None = None
+
+    def _thumb(self) -> tuple:
+        """What `ScrollBarRender` draws from the bar's state: its length and the thumb's
+        ends in eighths of a cell, the hover and grab states."""
+        size = self.size.height if self.vertical else self.size.width
+        window = ceil(self.window_size if self.window_size < self.window_virtual_size else 0)
+        virtual = ceil(self.window_virtual_size)
+        thumb = None
+        if window and size and virtual and size != virtual:
+            thumb_size = max(1, window / (virtual / size))
+            at = (size - thumb_size) * (self.position / (virtual - window))
+            start = int(at * 8)
+            thumb = (start, start + ceil(thumb_size * 8))
+        return (size, thumb, self.mouse_over, self.grabbed is not None)
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        drawn = (self._thumb(), crop)
+        if drawn != self._drawn or self._lines is None:
+            self._lines = super().render_lines(crop)
+            self._drawn = drawn
+        return self._lines
+
+    def notify_style_update(self) -> None:
+        self._drawn = None  # a new theme: draw again
+        super().notify_style_update()
 
 
 class LogView(ScrollView, can_focus=True):
@@ -107,6 +147,18 @@ class LogView(ScrollView, can_focus=True):
         self._sync_timer: Timer | None = None
         self._arrived = 0  # lines added since the last sync
         self._rate = 0.0  # lines per second over the last sync period
+
+    @property
+    def vertical_scrollbar(self) -> ScrollBar:
+        """Textual's vertical bar, as a `ThumbScrollBar` (created as Textual creates its own)."""
+        if self._vertical_scrollbar is None:
+            bar = ThumbScrollBar(
+                vertical=True, name="vertical", thickness=self.scrollbar_size_vertical
+            )
+            bar.display = False
+            self._vertical_scrollbar = bar
+            self.app._start_widget(self, bar)
+        return self._vertical_scrollbar
 
     # ------------------------------------------------------------------ data
 
