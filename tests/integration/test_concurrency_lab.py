@@ -291,7 +291,9 @@ def test_console_refuses_a_second_action_and_q_mid_restart_leaves_the_work_runni
     asyncio.run(go())
     facts["quit_s"] = time.monotonic() - t0
     assert facts["running_after_quit"] is False and facts["return_code"] in (None, 0)
-    assert "running" in facts["states_at_quit"]  # it really was mid-action
+    # it really was mid-action: steps not done yet (between two steps the next one is
+    # still pending for an instant, with none running)
+    assert set(facts["states_at_quit"]) & {"running", "pending"}, facts["states_at_quit"]
     assert running_action() is None  # this process let go of the action ...
     assert lock_is_free(state)  # ... and of the lock file
     after = lab.containers()
