@@ -571,3 +571,48 @@ async def test_the_log_scrollbar_draws_again_only_when_its_thumb_moves(monkeypat
         await pilot.pause(0.2)
         assert view.scroll_y == 0
         assert len(drawn) > before, "the thumb moved to the top, the bar must be drawn again"
+
+
+async def test_a_flood_of_log_lines_is_synced_at_the_frame_tick_not_between_ticks(monkeypatch):
+    """Under a flood the pane shows new lines at the screen's next frame tick, before the
+    frame is worked out (a timer of its own would land between two ticks and leave the
+    lines a frame longer off screen); a quiet line is still shown at once."""
+    from sparktui.tui.frames import FrameScreen
+
+    in_tick = [False]
+    synced: list[bool] = []
+    real_tick = FrameScreen._on_timer_update
+    real_sync = LogView._sync
+
+    def tick(self):
+        in_tick[0] = True
+        try:
+            real_tick(self)
+        finally:
+            in_tick[0] = False
+
+    def sync(self):
+        synced.append(in_tick[0])
+        real_sync(self)
+
+    monkeypatch.setattr(FrameScreen, "_on_timer_update", tick)
+    monkeypatch.setattr(LogView, "_sync", sync)
+    app, backend = await make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        view = app.screen.query_one(LogView)
+        await pilot.pause(1.2)  # a quiet spell: the next line is shown at once
+        synced.clear()
+        backend.feed(["INFO quiet line"])
+        await shown(pilot, view, 1)
+        assert synced[:1] == [False], "a line after a quiet spell waits for nothing"
+        synced.clear()
+        for k in range(40):
+            backend.feed([f"INFO flood {k}.{i}" for i in range(50)])
+            await pilot.pause(0.005)
+        await shown(pilot, view, 1 + 40 * 50)
+        # the first flood sync has no rate yet (a timer); one overdue after a long frame
+        # goes at once; the rest at the tick
+        assert len(synced) >= 10
+        assert sum(synced) >= 3 * len(synced) // 4, f"flood syncs between ticks: {synced}"
+        assert view.scroll_y == view.max_scroll_y

@@ -23,7 +23,6 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import BindingType
 from textual.containers import Horizontal
 from textual.message import Message
-from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
@@ -34,6 +33,7 @@ from sparktui.core.model import ClusterSnapshot, Finding, NodeState, sort_findin
 from sparktui.tui import actions as registry
 from sparktui.tui import layout
 from sparktui.tui.backend import Backend, PlanView, Progress
+from sparktui.tui.frames import FrameScreen
 from sparktui.tui.messages import ActionFinished, ActionProgress, LogArrived, SnapshotUpdated
 from sparktui.tui.screens.confirm import ConfirmScreen
 from sparktui.tui.screens.doctor import DoctorScreen
@@ -51,7 +51,7 @@ PROBE_AGAIN = 2.0  # s: a node selected again within this is not probed again
 COPY_MAX_LINES = 1000  # OSC 52 payloads beyond ~100 KB are dropped by some terminals
 
 
-class MainScreen(Screen[None]):
+class MainScreen(FrameScreen):
     """The console's one screen, and its controller. Bindings come from the registry."""
 
     AUTO_FOCUS = "#findings"
