@@ -299,10 +299,16 @@ def _pairs(value: Any) -> Any:
 
 
 class Rule(_Frozen):
-    """Cross-pattern triage: when any of `when` was seen, demote or reroute categories."""
+    """Cross-pattern triage: when any of `when` was seen (and, with `differ`, those captured
+    IP addresses are not all the same), demote, reroute or keep categories."""
 
     id: str
     when: Strs
+    differ: Strs = ()  # "pattern_id:capture" each: IP addresses (a ":port" is dropped)
+    keep: Annotated[  # categories no other rule may demote
+        tuple[Literal[CATEGORIES], ...],  # type: ignore[valid-type]
+        BeforeValidator(lambda v: _strs(v) if v else ()),
+    ] = ()
     demote: Annotated[
         tuple[Literal[CATEGORIES], ...],  # type: ignore[valid-type]
         BeforeValidator(lambda v: _strs(v) if v else ()),
@@ -569,7 +575,15 @@ def _rule(raw: Any, ids: set[str], where: str, index: int) -> Rule:
         raise KnowledgeBaseError(f"{where}: rule #{index + 1}: must be a mapping with an id")
     prefix = f"{where}: rule '{raw['id']}'"
     r = _check(Rule, raw, prefix)
-    for f, named in (("when", r.when), ("reroute", [pid for pid, _ in r.reroute])):
+    for ref in r.differ:
+        if ":" not in ref:
+            raise KnowledgeBaseError(f"{prefix}: field 'differ': '{ref}' is not pattern_id:capture")
+    differ = [ref.partition(":")[0] for ref in r.differ]
+    for f, named in (
+        ("when", r.when),
+        ("reroute", [pid for pid, _ in r.reroute]),
+        ("differ", differ),
+    ):
         for pid in named:
             if pid not in ids:
                 raise KnowledgeBaseError(f"{prefix}: field '{f}': unknown pattern '{pid}'")

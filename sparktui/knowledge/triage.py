@@ -34,6 +34,7 @@ live log can feed it for days.
 from __future__ import annotations
 
 import io
+import ipaddress
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -155,6 +156,25 @@ class _Group:
     members: list[Evidence]
 
 
+def _differ(evidence: dict[str, Evidence], refs: tuple[str, ...]) -> bool:
+    """Every "pattern_id:capture" of `refs` was seen, each an IP address that is not
+    loopback (a ":port" after it dropped), and they are not all the same address."""
+    found: set[ipaddress.IPv4Address | ipaddress.IPv6Address] = set()
+    for ref in refs:
+        pid, _, cap = ref.partition(":")
+        ev = evidence.get(pid)
+        value = ev.first.captures.get(cap, "") if ev is not None else ""
+        host = value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+        try:
+            ip = ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            return False
+        if ip.is_loopback or ip.is_unspecified:
+            return False
+        found.add(ip)
+    return len(found) > 1
+
+
 def triage(
     evidence: dict[str, Evidence] | Iterable[Hit],
     kb: KnowledgeBase,
@@ -173,11 +193,14 @@ def triage(
         evidence = d.evidence
     seen = set(evidence)
     demoted: set[str] = set()
+    kept: set[str] = set()
     reroute: dict[str, str] = {}
     for rule in kb.rules:
-        if seen.intersection(rule.when):
+        if seen.intersection(rule.when) and (not rule.differ or _differ(evidence, rule.differ)):
             demoted.update(rule.demote)
+            kept.update(rule.keep)
             reroute.update(rule.reroute)
+    demoted -= kept
 
     groups: dict[str, _Group] = {}
     context: dict[str, list[Evidence]] = {}

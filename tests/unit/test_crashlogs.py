@@ -131,3 +131,24 @@ def test_benign_gb10_lines_never_alarm(matcher):
     findings = diagnose_bytes(log.encode(), matcher)
     assert findings and all(f.severity == "info" for f in findings)
     assert {f.category for f in findings} <= {"dgx_spark_gb10", "cuda_arch_driver_mismatch"}
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        ("10.21.9.33:6379", "placement_group_ip_mismatch"),  # as in the real log
+        ("172.16.10.33:6379", "not_enough_gpus"),  # the anchor is the Ray address: GPUs short
+        ("127.0.0.1:6379", "not_enough_gpus"),  # a local head says nothing of the node's IP
+    ],
+)
+def test_a_bundle_anchor_that_is_not_the_ray_address_is_the_ip_mismatch(address, expected, matcher):
+    """vLLM warns that the placement group has too few GPUs and Ray cannot place
+    node:172.16.10.33: when the driver connected to Ray at another address the IP mismatch is
+    the cause (rule anchor-is-not-the-ray-address); at that same address the GPUs are short."""
+    from tests.crash_corpus import cases
+
+    case = next(c for c in cases() if c.id == "r7a-rocm-pg-anchor-ip-differs-from-ray-address")
+    assert "cluster at address: 10.21.9.33:6379" in case.log
+    log = case.log.replace("10.21.9.33:6379", address)
+    findings = diagnose_bytes(log.encode(), matcher)
+    assert findings[0].category == expected, [f.id for f in findings]
