@@ -607,12 +607,13 @@ async def test_a_flood_of_log_lines_is_synced_at_the_frame_tick_not_between_tick
         await shown(pilot, view, 1)
         assert synced[:1] == [False], "a line after a quiet spell waits for nothing"
         synced.clear()
-        for k in range(40):
-            backend.feed([f"INFO flood {k}.{i}" for i in range(50)])
-            await pilot.pause(0.005)
-        await shown(pilot, view, 1 + 40 * 50)
-        # the first flood sync has no rate yet (a timer); one overdue after a long frame
-        # goes at once; the rest at the tick
+        for k in range(60):  # about 1k lines/s: fewer a frame than the pane has rows
+            backend.feed([f"INFO flood {k}.{i}" for i in range(10)])
+            await pilot.pause(0.01)
+        await shown(pilot, view, 1 + 60 * 10)
+        # the first flood sync has no rate yet (a timer); a batch that comes when a sync is
+        # already due is synced at once (the pilot's pauses make every other one so); the
+        # rest at the tick - without the frame hook none is
         assert len(synced) >= 10
-        assert sum(synced) >= 3 * len(synced) // 4, f"flood syncs between ticks: {synced}"
+        assert sum(synced) >= len(synced) // 3, f"flood syncs between ticks: {synced}"
         assert view.scroll_y == view.max_scroll_y
