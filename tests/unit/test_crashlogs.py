@@ -152,3 +152,33 @@ def test_a_bundle_anchor_that_is_not_the_ray_address_is_the_ip_mismatch(address,
     log = case.log.replace("10.21.9.33:6379", address)
     findings = diagnose_bytes(log.encode(), matcher)
     assert findings[0].category == expected, [f.id for f in findings]
+
+
+def test_nccl_bind_failure_alarms_from_the_bootstrap_not_from_ras(matcher):
+    """The same NCCL WARN is harmless from RAS's side channel (NCCL 2.24+) and fails the
+    communicator from the bootstrap (NVIDIA/nccl#293, a train log)."""
+    from tests.crash_corpus import cases
+
+    case = next(
+        c for c in cases() if c.id == "r8c-nccl-bootstrap-bind-address-in-use-repeated-groups"
+    )
+    bootstrap = "include/socket.h:333 NCCL WARN Call to bind failed : Address already in use"
+    assert bootstrap in case.log
+    assert diagnose_bytes(case.log.encode(), matcher)[0].category == "port_in_use"
+    ras = case.log.replace(
+        bootstrap, "ras/client_support.cc:160 NCCL WARN Call to bind failed: Address already in use"
+    )
+    # no signature alarms on RAS's line (the word vote may still guess from "bind", "use")
+    assert not [f.id for f in diagnose_bytes(ras.encode(), matcher) if f.id.startswith("port.")]
+
+
+def test_a_raylet_starved_before_it_lost_the_gcs_is_the_node_not_the_head(matcher):
+    """Rule overloaded-node-loses-the-gcs: with the raylet's heartbeat-lag warning the lost
+    GCS is the node's overload (ray#26966, a train log); without it, the GCS."""
+    from tests.crash_corpus import cases
+
+    case = next(c for c in cases() if c.id == "r8a-raylet-heartbeat-lag-gcs-60s-check-failed")
+    assert diagnose_bytes(case.log.encode(), matcher)[0].category == "ray_worker_died_segfault"
+    lag = next(line for line in case.log.splitlines() if "Last heartbeat was sent" in line)
+    bare = case.log.replace(lag + "\n", "")
+    assert diagnose_bytes(bare.encode(), matcher)[0].category == "ray_gcs_version"
