@@ -35,10 +35,21 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         print(f"[bench] {name} ...", file=sys.stderr, flush=True)
         try:
-            rows.extend(importlib.import_module(f"bench.{name}_bench").run(args.quick))
+            got = importlib.import_module(f"bench.{name}_bench").run(args.quick)
         except Exception:  # report and go on with the others
             traceback.print_exc()
             failed.append(name)
+            continue
+        rows.extend(got)
+        # as each one ends, so that a long run stopped later keeps what it measured
+        for r in got:
+            result = {True: "ok", False: "MISSED", None: ""}[r.ok]
+            print(
+                f"[bench] {name}: {r.figure.strip()} = {fmt(r.value, r.unit)}"
+                f" (ref {fmt(r.reference_value, r.unit)}, target {r.target}) {result}",
+                file=sys.stderr,
+                flush=True,
+            )
     width = max([len(r.figure) for r in rows] + [6])
     print(
         f"{'figure':<{width}}  {'value':>12}  {'reference':<34} {'ref value':>12}  "
