@@ -19,6 +19,10 @@ def available() -> list[str]:
     )
 
 
+def _result(r: Row) -> str:
+    return {True: "ok", False: "MISSED", None: ""}[r.ok]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("--quick", action="store_true", help="short runs (CI)")
@@ -43,10 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.extend(got)
         # as each one ends, so that a long run stopped later keeps what it measured
         for r in got:
-            result = {True: "ok", False: "MISSED", None: ""}[r.ok]
             print(
                 f"[bench] {name}: {r.figure.strip()} = {fmt(r.value, r.unit)}"
-                f" (ref {fmt(r.reference_value, r.unit)}, target {r.target}) {result}",
+                f" (ref {fmt(r.reference_value, r.unit)}, target {r.target}) {_result(r)}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -57,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for r in rows:
         ratio = f"{r.ratio:.2f}×" if r.ratio is not None else "-"
-        result = {True: "ok", False: "MISSED", None: ""}[r.ok]
+        result = _result(r)
         print(
             f"{r.figure:<{width}}  {fmt(r.value, r.unit):>12}  {r.reference:<34} "
             f"{fmt(r.reference_value, r.unit):>12}  {ratio:>7}  {r.target:<14} {result}"
