@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import re
 import time
+from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from itertools import accumulate
+
+import re2
 
 SERVE_MARKER = "=== sparktui serve "  # = core/actions/builtin.py's SERVE_MARKER_PREFIX
 
@@ -50,49 +54,48 @@ _RAY_PREFIX = re.compile(r"^\((?P<actor>[A-Za-z_][\w.]*) pid=\d+(?:, ip=(?P<ip>[
 _STAMP = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b")
 
 # (phase, regex) in order of precedence; the first that matches a line decides.
-_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (p, re.compile(r))
-    for p, r in (
-        ("ready", r"Application startup complete"),
-        (
-            "api-server",
-            r"Starting vLLM (?:API )?server on|Available routes are:|"
-            r"Started server process|Waiting for application startup",
-        ),
-        (
-            "compiling",
-            r"Capturing CUDA graphs?|Graph capturing finished|torch\.compile takes|"
-            r"Compiling a graph for|Warming up model for the compilation|"
-            r"Dynamo bytecode transform time|saved AOT compiled function|"
-            r"init engine \(profile, create kv cache, warmup model\) took",
-        ),
-        (
-            "kv-cache",
-            r"(?:GPU|CPU|XPU|TPU) KV cache size:|Maximum concurrency for|"
-            r"Available KV cache memory|Memory profiling takes|KV cache layout|"
-            r"for KV cache on node|num_gpu_blocks is:|# (?:GPU|CPU) blocks:",
-        ),
-        (
-            "loading-weights",
-            r"Model loading took|Loading weights took|Starting to load model|"
-            r"Loading (?:safetensors|pt) checkpoint shards|Initializing model took|"
-            r"Filesystem type for checkpoints|Loading model weights took",
-        ),
-        (
-            "distributed-init",
-            r"distributed_init_method=|world_size=\d+ rank=\d+|"
-            r"Creating a new placement group|Waiting for creating a placement group|"
-            r"NCCL INFO (?:Bootstrap|comm 0x|Init COMPLETE)|vLLM is using nccl==|"
-            r"is assigned as DP rank|Gloo|ProcessGroupNCCL|"
-            r"Connecting to existing Ray cluster",
-        ),
-        (
-            "starting",
-            r"non-default args:|Initializing a V1 LLM engine|vLLM API server version|"
-            r"Resolved architecture:|Using max model len",
-        ),
-    )
+_RULE_TEXT: tuple[tuple[str, str], ...] = (
+    ("ready", r"Application startup complete"),
+    (
+        "api-server",
+        r"Starting vLLM (?:API )?server on|Available routes are:|"
+        r"Started server process|Waiting for application startup",
+    ),
+    (
+        "compiling",
+        r"Capturing CUDA graphs?|Graph capturing finished|torch\.compile takes|"
+        r"Compiling a graph for|Warming up model for the compilation|"
+        r"Dynamo bytecode transform time|saved AOT compiled function|"
+        r"init engine \(profile, create kv cache, warmup model\) took",
+    ),
+    (
+        "kv-cache",
+        r"(?:GPU|CPU|XPU|TPU) KV cache size:|Maximum concurrency for|"
+        r"Available KV cache memory|Memory profiling takes|KV cache layout|"
+        r"for KV cache on node|num_gpu_blocks is:|# (?:GPU|CPU) blocks:",
+    ),
+    (
+        "loading-weights",
+        r"Model loading took|Loading weights took|Starting to load model|"
+        r"Loading (?:safetensors|pt) checkpoint shards|Initializing model took|"
+        r"Filesystem type for checkpoints|Loading model weights took",
+    ),
+    (
+        "distributed-init",
+        r"distributed_init_method=|world_size=\d+ rank=\d+|"
+        r"Creating a new placement group|Waiting for creating a placement group|"
+        r"NCCL INFO (?:Bootstrap|comm 0x|Init COMPLETE)|vLLM is using nccl==|"
+        r"is assigned as DP rank|Gloo|ProcessGroupNCCL|"
+        r"Connecting to existing Ray cluster",
+    ),
+    (
+        "starting",
+        r"non-default args:|Initializing a V1 LLM engine|vLLM API server version|"
+        r"Resolved architecture:|Using max model len",
+    ),
 )
+_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((p, re.compile(r)) for p, r in _RULE_TEXT)
+_ANY = re2.compile("|".join(f"(?:{r})" for _, r in _RULE_TEXT))  # a line of some phase
 
 _TQDM = re.compile(
     r"(?P<label>[A-Za-z][\w ()/,.-]*?):\s*(?P<pct>\d{1,3})%\s*(?:Completed\s*)?\|[^|\n]*?\|?\s*"
@@ -272,16 +275,53 @@ def classify(text: str) -> str | None:
     return None
 
 
+def _candidates(lines: list[str]) -> list[int]:
+    """The lines that may hold a phase (one RE2 pass over them all), a serve marker or
+    ANSI escapes (their phrases are matched once the escapes are removed), in order."""
+    text = "\n".join(lines)
+    starts = list(accumulate((len(line) + 1 for line in lines), initial=0))
+    found = {bisect_right(starts, m.start()) - 1 for m in _ANY.finditer(text)}
+    found.update(
+        i for i, line in enumerate(lines) if "\x1b" in line or line.startswith(SERVE_MARKER)
+    )
+    return sorted(found)
+
+
+def _last_stamp(lines: list[str], start: int, end: int, year: int) -> float | None:
+    """The stamp of the last line in lines[start:end] that has one (the last `\r` part)."""
+    for raw in reversed(lines[start:end]):
+        for part in reversed(raw.split("\r")):
+            sm = _STAMP.search(part)
+            if sm and (t := _stamp(sm, year)) is not None:
+                return t
+    return None
+
+
 def parse_phases(lines: Iterable[str], *, year: int | None = None, start_line: int = 1) -> Timeline:
     """vLLM output -> Timeline. `year` dates vLLM's `MM-DD hh:mm:ss` stamps (taken as UTC,
-    as in containers; default: this year); `start_line` numbers the first line given."""
+    as in containers; default: this year); `start_line` numbers the first line given.
+
+    Only the lines one RE2 pass finds a phase phrase in are read line by line; the stamps
+    of the others (most of a log: metrics, requests) only when a phase line or the end
+    needs the latest one. The monitor parses 256 KB of the log at each refresh on the UI's
+    loop while vLLM is not healthy: 22 ms a refresh with Python's re line by line, a
+    frame's stall under a flood of lines.
+    """
     year = year or time.gmtime().tm_year
     tl = Timeline()
     order = {p: i for i, p in enumerate(PHASES)}
-    for no, raw in enumerate(lines, start_line):
+    lines = lines if isinstance(lines, list) else list(lines)
+    unstamped = 0  # lines[unstamped:i] were skipped without reading their stamps
+    for i in _candidates(lines):
+        raw = lines[i]
+        no = i + start_line
         if raw.startswith(SERVE_MARKER):
             tl = Timeline(marker_line=no)
+            unstamped = i + 1
             continue
+        if unstamped < i:
+            tl.last_stamp = _last_stamp(lines, unstamped, i, year) or tl.last_stamp
+        unstamped = i + 1
         line = _ANSI.sub("", raw)
         key = ""
         m = _RAY_PREFIX.match(line)
@@ -314,6 +354,8 @@ def parse_phases(lines: Iterable[str], *, year: int | None = None, start_line: i
                 tl.kv_cache_tokens = int(kv["tokens"].replace(",", ""))
             if tl.phase is None or order[phase] > order[tl.phase]:
                 tl.phases.append((phase, no, tl.last_stamp))
+    if unstamped < len(lines):
+        tl.last_stamp = _last_stamp(lines, unstamped, len(lines), year) or tl.last_stamp
     return tl
 
 

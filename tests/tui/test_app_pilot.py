@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from textual.widgets import Static
 
@@ -617,3 +619,35 @@ async def test_a_flood_of_log_lines_is_synced_at_the_frame_tick_not_between_tick
         assert len(synced) >= 10
         assert sum(synced) >= len(synced) // 3, f"flood syncs between ticks: {synced}"
         assert view.scroll_y == view.max_scroll_y
+
+
+async def test_a_flood_in_the_full_screen_log_syncs_at_the_frame_tick():
+    """2k lines/s with the log full screen (55 rows): the rows would allow a sync every
+    22 ms, but the pane syncs at the screen's frame tick, never on a timer of its own
+    (one came late under load, and lines passed through the pane unseen)."""
+    app, backend = await make_app()
+    async with app.run_test(size=(200, 60)) as pilot:
+        await started(pilot)
+        await pilot.press("z")
+        await pilot.pause()
+        view = app.screen.query_one(LogView)
+        assert view.size.height >= 50
+        timers = []
+        own_timer = view.set_timer
+
+        def set_timer(delay, callback=None, **kw):
+            timers.append((round(view._rate), delay))
+            return own_timer(delay, callback, **kw)
+
+        view.set_timer = set_timer  # type: ignore[method-assign]
+        rates = []
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for k in range(100):  # 20 lines every 10 ms for 1 s
+            backend.feed([f"INFO flood line {k}.{i}" for i in range(20)])
+            await asyncio.sleep(max(0.0, start + (k + 1) * 0.01 - loop.time()))
+            rates.append(view._rate)
+        await log_applied(pilot, backend)
+        flood = [r for r in rates[20:] if r > 0]
+        assert flood and min(flood) > 0.8 * view.size.height / view.SYNC_INTERVAL, flood
+        assert not [t for t in timers if t[0] > 0], timers

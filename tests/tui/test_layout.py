@@ -153,3 +153,44 @@ async def test_enter_shows_the_pane_where_it_is_not_beside():
         await pilot.press("escape")
         await pilot.pause()
         assert table.region.width == 80 and not detail.region.width
+
+
+def test_plan_without_findings_gives_the_log_their_rows():
+    for width, height, nodes in ((200, 60, 2), (120, 40, 8), (80, 24, 2)):
+        busy, quiet = (layout.plan(width, height, nodes, findings=f) for f in (True, False))
+        assert quiet.mode == busy.mode and quiet.nodes_height == busy.nodes_height
+        assert quiet.middle_height == min(busy.middle_height, layout.MIDDLE_QUIET)
+    assert layout.plan(200, 60, 2, findings=False).middle_height == layout.MIDDLE_QUIET
+
+
+async def test_findings_box_shrinks_when_none_and_grows_back():
+    """The seed story has findings; a snapshot without them leaves the box one line high
+    and the log its rows; a finding that comes back opens it again (same layout mode)."""
+    from dataclasses import replace
+
+    from sparktui.tui.app import SparkApp
+    from sparktui.tui.messages import SnapshotUpdated
+    from sparktui.tui.widgets.findings import FindingsList
+    from tests.tui.support import TestBackend, seed_config, seed_snapshot, started, wait_until
+
+    cfg = seed_config()
+    app = SparkApp(TestBackend(cfg, await seed_snapshot(cfg)))
+    async with app.run_test(size=(200, 60)) as pilot:
+        await started(pilot)
+        main = app.main
+        busy = main.snapshot
+        await wait_until(pilot, lambda: main.query_one(FindingsList).option_count > 0)
+        await pilot.pause()
+        assert main.query_one("#middle").region.height == layout.MIDDLE_HEIGHT
+        before = _log_lines(main)
+        main.post_message(SnapshotUpdated(replace(busy, findings=[])))
+        await wait_until(pilot, lambda: main.query_one(FindingsList).option_count == 0)
+        await pilot.pause()
+        assert main.query_one("#middle").region.height == layout.MIDDLE_QUIET
+        assert _log_lines(main) == before + layout.MIDDLE_HEIGHT - layout.MIDDLE_QUIET
+        assert main.layout_plan.mode == "panes"
+        main.post_message(SnapshotUpdated(busy))
+        await wait_until(pilot, lambda: main.query_one(FindingsList).option_count > 0)
+        await pilot.pause()
+        assert main.query_one("#middle").region.height == layout.MIDDLE_HEIGHT
+        assert _log_lines(main) == before

@@ -148,3 +148,25 @@ def test_lab_eight_shards_every_bar_update_and_order() -> None:
     # serve printed the same figures while it waited
     stderr = (FIX / "phases" / "lab_tp2_8_shards.serve.stderr").read_text()
     assert "phase: loading weights 50% (4/8, ETA 0:06)" in stderr
+
+
+def test_lines_without_a_phase_still_date_the_timeline() -> None:
+    """Only phase lines are read line by line; a metrics line's stamp still dates the
+    bar after it and the log's end, and a phrase cut by ANSI escapes still counts."""
+    text = (
+        "INFO 12-01 09:00:00 [model_runner.py:1] Starting to load model /models/x...\n"
+        "INFO 12-01 09:03:00 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0\n"
+        "Loading safetensors checkpoint shards:  50% Completed | 2/4 [00:10<00:10,  5.00s/it]\n"
+        "INFO 12-01 09:04:00 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0\n"
+        "\x1b[1;36mINFO 12-01 09:05:00\x1b[0m Capturing CUDA \x1b[1mgraphs\x1b[0m: 10/20\n"
+        "INFO 12-01 09:06:00 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0\n"
+    )
+    tl = parse_phases_text(text, year=2026)
+    stamp = lambda hms: parse_phases_text(f"INFO 12-01 {hms} x", year=2026).last_stamp  # noqa: E731
+    assert [(p, no) for p, no, _ in tl.phases] == [("loading-weights", 1), ("compiling", 5)]
+    assert tl.phases[0][2] == stamp("09:00:00") and tl.phases[1][2] == stamp("09:05:00")
+    assert tl.ranks[""].phase == "compiling"
+    assert tl.last_stamp == stamp("09:06:00")
+    # the bar (no stamp of its own) came after the 09:03 metrics line
+    tl2 = parse_phases_text("".join(text.splitlines(keepends=True)[:3]), year=2026)
+    assert tl2.ranks[""].progress is not None and tl2.last_stamp == stamp("09:03:00")

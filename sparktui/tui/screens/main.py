@@ -289,8 +289,11 @@ class MainScreen(FrameScreen):
 
     def _show_findings(self) -> None:
         findings = self.all_findings()
+        had = self.findings_list.option_count > 0
         self.findings_list.set_findings(findings)
         self._draw_table(findings)
+        if had != bool(findings):  # the findings box grows to show them, or gives the log back
+            self._relayout()
 
     @on(FindingsList.Selected)
     def _show_detail(self, message: FindingsList.Selected) -> None:
@@ -386,7 +389,14 @@ class MainScreen(FrameScreen):
         snap = self.snapshot
         count = len(snap.nodes) if snap else len(self.cfg.nodes)
         fixed = sum(1 for w in (HeaderBar, VllmStrip, Footer) if self.query(w))
-        plan = layout.plan(size.width, size.height, count, fixed=fixed, log_full=self.log_full)
+        plan = layout.plan(
+            size.width,
+            size.height,
+            count,
+            fixed=fixed,
+            log_full=self.log_full,
+            findings=self.findings_list.option_count > 0,
+        )
         was = self.layout_plan
         self.layout_plan = plan
         nodes, box, middle = (
@@ -404,9 +414,7 @@ class MainScreen(FrameScreen):
         self.query_one(VllmStrip).display = not plan.log_full
         if plan.mode == "table":
             box.styles.height = plan.nodes_height
-            middle.styles.height = plan.middle_height
-        else:
-            middle.styles.height = layout.MIDDLE_HEIGHT
+        middle.styles.height = plan.middle_height
         if was is not None and was.mode != plan.mode and plan.mode == "panes":
             self._draw_panes()
 

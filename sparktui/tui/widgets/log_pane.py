@@ -213,14 +213,18 @@ class LogView(ScrollView, can_focus=True):
         # leaves the lines a frame longer off screen (2k lines/s: 9 ms median to the sync,
         # then 5 ms to the frame). Not beyond two pane-heights a frame (20k lines/s), where no
         # line can be read anyway: there the sync in the tick made each frame longer and the
-        # keys waited (key-to-render median 37 -> 82 ms).
+        # keys waited (key-to-render median 37 -> 82 ms). A flood syncs at the tick even where
+        # the pane's rows would allow a longer wait (the log full screen, 55 rows: 22 ms at
+        # 2k lines/s): on its own timer the sync came late under load, a frame later on
+        # screen, and lines passed unseen (median 28 -> 17 ms, unseen 11/28 -> 3/75 marked
+        # lines).
         self._arrived += len(shown)
         if self._sync_timer is None and not self._frame_sync:
             wait = self._synced_at + self.sync_interval() - time.monotonic()
             if wait <= 0:
                 self._sync()
             elif (
-                wait <= self.SYNC_MIN
+                (wait <= self.SYNC_MIN or self.sync_interval() < self.SYNC_INTERVAL)
                 and self._rate * self.SYNC_MIN <= 2 * max(1, self.size.height)
                 and before_next_frame(self.screen, self._sync)
             ):
