@@ -69,6 +69,7 @@ class PtyWatch(threading.Thread):
         super().__init__(daemon=True)
         self.fd = fd
         self.rx = re.compile(re.escape(key) + rb"n(-?\d+)e")
+        self.lead = key[:3]
         self.at: dict[int, int] = {}
         self.cond = threading.Condition()
         self.bytes = 0
@@ -85,7 +86,9 @@ class PtyWatch(threading.Thread):
                 break
             self.bytes += len(chunk)
             buf = tail + chunk
-            text = ANSI_B.sub(b"", buf)
+            # escapes are stripped only where the key's first bytes are: the watcher shares
+            # the machine's cores with the console, and a flood is ~1 MB/s of screen
+            text = ANSI_B.sub(b"", buf) if self.lead in buf else b""
             new = [int(m.group(1)) for m in self.rx.finditer(text)]
             if new:
                 with self.cond:
