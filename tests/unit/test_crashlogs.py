@@ -182,3 +182,58 @@ def test_a_raylet_starved_before_it_lost_the_gcs_is_the_node_not_the_head(matche
     lag = next(line for line in case.log.splitlines() if "Last heartbeat was sent" in line)
     bare = case.log.replace(lag + "\n", "")
     assert diagnose_bytes(bare.encode(), matcher)[0].category == "ray_gcs_version"
+
+
+@pytest.mark.parametrize(
+    "line, pattern",
+    [
+        # the stable part of each round-9 train line, under another prefix and other values
+        (
+            "[1764000000.1] [node-3:91 :0] ib_md.c:309 UCX  ERROR ibv_reg_mr(address=0x7f00"
+            "00000000, length=2097152, access=0xf) failed: Bad address",
+            "nccl.ucx_reg_cuda_mem",
+        ),
+        (
+            "[1764000000.2] [llm7:12 :0] ucp_context.c:1301 UCX  WARN  transport 'cuda_copy' is"
+            " not available, please use one or more of: posix, self, sysv, tcp",
+            "arch.ucx_no_cuda_transports",
+        ),
+        (
+            "WARNING 12-01 10:00:00 controller 33 -- Didn't receive health check response for"
+            " replica Replica(id='x1', deployment='LLMServer', app='llm') after 30.0s, marking"
+            " it unhealthy.",
+            "eng.serve_health_check_timeout",
+        ),
+        (
+            "vllm-1  | WARNING: The NVIDIA Driver was not detected.  GPU functionality will not"
+            " be available.",
+            "gpu.container_no_driver",
+        ),
+        (
+            "(RayWorkerWrapper pid=77, ip=10.0.0.2) TypeError: Qwen3MoeSparseMoeBlock.__init__()"
+            " got an unexpected keyword argument 'prefix'",
+            "load.layer_unexpected_kwarg",
+        ),
+    ],
+)
+def test_round9_signatures_on_lines_they_were_not_written_from(line, pattern, matcher):
+    findings = diagnose_bytes(f"INFO 12-01 09:59:59 starting\n{line}\n".encode(), matcher)
+    assert findings and findings[0].id == pattern, [f.id for f in findings]
+
+
+def test_sharded_ranks_waiting_is_a_stall_until_a_shard_is_ready(matcher):
+    """TGI's launcher waiting for its shards is a finding only if no shard got ready after."""
+    wait = "".join(
+        f"2024-04-30T21:51:{s}.0Z  INFO shard-manager: text_generation_launcher: Waiting for"
+        f" shard to be ready... rank={r}\n"
+        for s in ("04", "14")
+        for r in range(2)
+    )
+    assert diagnose_bytes(wait.encode(), matcher)[0].id == "nccl.tgi_shard_never_ready"
+    ready = (
+        wait
+        + "2024-04-30T21:51:20.0Z  INFO text_generation_launcher: Shard ready in 26.1s rank=0\n"
+    )
+    assert "nccl.tgi_shard_never_ready" not in [
+        f.id for f in diagnose_bytes(ready.encode(), matcher)
+    ]
