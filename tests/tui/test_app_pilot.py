@@ -650,4 +650,32 @@ async def test_a_flood_in_the_full_screen_log_syncs_at_the_frame_tick():
         await log_applied(pilot, backend)
         flood = [r for r in rates[20:] if r > 0]
         assert flood and min(flood) > 0.8 * view.size.height / view.SYNC_INTERVAL, flood
-        assert not [t for t in timers if t[0] > 0], timers
+        # beyond two pane-heights a frame the pane keeps its timer (see add_lines): a slow
+        # machine that bunches the batches may measure such a rate for one sync
+        in_frame_regime = [
+            t for t in timers if 0 < t[0] and t[0] * view.SYNC_MIN <= 2 * view.size.height
+        ]
+        assert not in_frame_regime, timers
+
+
+async def test_a_followed_log_keeps_its_newest_line_in_view_when_the_pane_shrinks():
+    """The pane gets fewer rows (a finding arrives and the findings box grows, the terminal
+    shrinks): a followed log stays at its end, it does not keep the old scroll offset and
+    hide the newest lines under the pane's bottom edge."""
+    app, backend = await make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        backend.feed([f"INFO line {i}" for i in range(200)])
+        view = app.screen.query_one(LogView)
+        await shown(pilot, view, 200)
+        assert view.following and view.scroll_y == view.max_scroll_y > 0
+        rows = view.size.height
+        await pilot.resize_terminal(SIZE[0], SIZE[1] - 12)
+        await wait_until(pilot, lambda: view.size.height < rows, what="the pane to shrink")
+        await pilot.pause()
+        await wait_until(
+            pilot,
+            lambda: view.scroll_y == view.max_scroll_y,
+            what=f"the view at its end (scroll {view.scroll_y} of {view.max_scroll_y})",
+        )
+        assert view.following

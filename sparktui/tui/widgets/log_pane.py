@@ -14,6 +14,7 @@ from math import ceil
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
+from textual import events
 from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -287,6 +288,12 @@ class LogView(ScrollView, can_focus=True):
     def _settle(self) -> None:
         if self.following and self.scroll_y != self.max_scroll_y:
             self.scroll_end(animate=False, x_axis=False, immediate=True, force=True)
+
+    def on_resize(self, _: events.Resize) -> None:
+        # fewer rows (a finding came and the findings box grew, the terminal shrank): the
+        # old offset would leave the newest lines below the pane's edge
+        if self.following:
+            self.call_after_refresh(self._settle)
 
     def entry(self, seq: int) -> LogEntry | None:
         if not self.entries:
