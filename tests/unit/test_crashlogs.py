@@ -221,6 +221,70 @@ def test_round9_signatures_on_lines_they_were_not_written_from(line, pattern, ma
     assert findings and findings[0].id == pattern, [f.id for f in findings]
 
 
+@pytest.mark.parametrize(
+    "line, pattern",
+    [
+        # the stable part of each round-10 train line, under another prefix and other values
+        (
+            "[HAMI-core ERROR (pid:412 thread=139911 allocator.c:53)]: Device 1 OOM 8589934592 /"
+            " 8053063680",
+            "oom.hami_vgpu_quota",
+        ),
+        (
+            "I1201 10:00:00.1 1 main.go:77] Failed to initialize NVML: could not load NVML library.",
+            "gpu.device_plugin_no_nvml",
+        ),
+        (
+            "(Worker_TP3 pid=88) ValueError: The output_size of gate's and up's weight = 96 is not"
+            " divisible by weight quantization block_n = 128.",
+            "load.block_quant_not_divisible",
+        ),
+        (
+            "(EngineCore_DP0 pid=9) AttributeError: 'RowParallelLinear' object has no attribute"
+            " 'weight_scale'",
+            "load.layer_missing_attribute",
+        ),
+        (
+            "ERROR 12-01 10:00:01 [engine.py:458] ('Quantization scheme is not supported for ',"
+            " 'the current GPU. Min capability: 89. ', 'Current capability: 86.')",
+            "arch.quant_capability",
+        ),
+        (
+            "(EngineCore_DP0 pid=7) AssertionError: Unsupported rhs dtype fp8e4nv",
+            "arch.quant_capability",
+        ),
+        (
+            "docker: Error response from daemon: failed to create task: nvidia-container-cli:"
+            " requirement error: invalid expression: unknown.",
+            "arch.container_cuda_requirement",
+        ),
+        ("No devices were found", "arch.nvidia_smi_no_devices"),
+        (
+            "[AITER] asm_pa.cpp:88 fail to call hipModuleLaunchKernel(kernel_func, gdx, gdy, gdz)"
+            " ---> [HIP error](invalid device function)",
+            "arch.kernel_launch_foreign_code",
+        ),
+        (
+            "node-2:811:902 [1] NCCL INFO bootstrap.cc:285 -> 3",
+            "nccl.bootstrap_failed",
+        ),
+        (
+            "(VllmWorker TP1 pid=5) Failed: Cuda error /opt/vllm/csrc/custom_all_reduce.cuh:368"
+            " 'invalid device pointer'",
+            "nccl.custom_allreduce_cuda",
+        ),
+        (
+            "(Worker_TP1 pid=301) RuntimeError: CUDA error: an illegal memory access was"
+            " encountered",
+            "sig.cuda_illegal_address",
+        ),
+    ],
+)
+def test_round10_signatures_on_lines_they_were_not_written_from(line, pattern, matcher):
+    findings = diagnose_bytes(f"INFO 12-01 09:59:59 starting\n{line}\n".encode(), matcher)
+    assert findings and findings[0].id == pattern, [f.id for f in findings]
+
+
 def test_sharded_ranks_waiting_is_a_stall_until_a_shard_is_ready(matcher):
     """TGI's launcher waiting for its shards is a finding only if no shard got ready after."""
     wait = "".join(
