@@ -187,7 +187,9 @@ def test_a_raylet_starved_before_it_lost_the_gcs_is_the_node_not_the_head(matche
 @pytest.mark.parametrize(
     "line, pattern",
     [
-        # the stable part of each round-9 train line, under another prefix and other values
+        # the stable part of each train line a round's patterns were written from, under
+        # another prefix and other values
+        # round 9
         (
             "[1764000000.1] [node-3:91 :0] ib_md.c:309 UCX  ERROR ibv_reg_mr(address=0x7f00"
             "00000000, length=2097152, access=0xf) failed: Bad address",
@@ -214,17 +216,7 @@ def test_a_raylet_starved_before_it_lost_the_gcs_is_the_node_not_the_head(matche
             " got an unexpected keyword argument 'prefix'",
             "load.layer_unexpected_kwarg",
         ),
-    ],
-)
-def test_round9_signatures_on_lines_they_were_not_written_from(line, pattern, matcher):
-    findings = diagnose_bytes(f"INFO 12-01 09:59:59 starting\n{line}\n".encode(), matcher)
-    assert findings and findings[0].id == pattern, [f.id for f in findings]
-
-
-@pytest.mark.parametrize(
-    "line, pattern",
-    [
-        # the stable part of each round-10 train line, under another prefix and other values
+        # round 10
         (
             "[HAMI-core ERROR (pid:412 thread=139911 allocator.c:53)]: Device 1 OOM 8589934592 /"
             " 8053063680",
@@ -280,7 +272,7 @@ def test_round9_signatures_on_lines_they_were_not_written_from(line, pattern, ma
         ),
     ],
 )
-def test_round10_signatures_on_lines_they_were_not_written_from(line, pattern, matcher):
+def test_signatures_on_lines_they_were_not_written_from(line, pattern, matcher):
     findings = diagnose_bytes(f"INFO 12-01 09:59:59 starting\n{line}\n".encode(), matcher)
     assert findings and findings[0].id == pattern, [f.id for f in findings]
 
