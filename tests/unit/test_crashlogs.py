@@ -270,11 +270,92 @@ def test_a_raylet_starved_before_it_lost_the_gcs_is_the_node_not_the_head(matche
             " encountered",
             "sig.cuda_illegal_address",
         ),
+        # round 11
+        (
+            "[rank3]: Last NCCL warning(error) log entry (may be unrelated) 'Error\n"
+            "while creating shared memory segment /dev/shm/nccl-Ab12Cd (size 9637888)'",
+            "shm.nccl_segment_wrapped",
+        ),
+        (
+            "E1201 error: failed to register output shared memory region: Unable to open shared"
+            " memory region: '/output0'",
+            "shm.region_not_shared",
+        ),
+        ("  !! Port 8000 is not available.", "port.preflight_not_available"),
+        (
+            "RuntimeError: NVML_SUCCESS == r INTERNAL ASSERT FAILED at"
+            ' "../c10/cuda/CUDACachingAllocator.cpp":1131, please report a bug to PyTorch.',
+            "oom.nvml_assert_in_allocator",
+        ),
+        (
+            "(EngineCore_DP0 pid=4) UnboundLocalError: local variable 'mem' referenced before"
+            " assignment",
+            "arch.platform_not_detected_mem",
+        ),
+        (
+            "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling"
+            " `cublasSgemm( handle, opa, opb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc)`",
+            "arch.cublas_execution_failed",
+        ),
+        ("ValueError: GPU has no dedicated memory", "spark.no_dedicated_memory"),
+        (
+            "[TensorRT-LLM][ERROR] Assertion failed: mpiSize == tp*pp (worldConfig.cpp:99)",
+            "gpu.mpi_world_ne_tp_pp",
+        ),
+        (
+            "ERROR Worker 10.0.0.7:30001 cannot use the GPUs with these indexes: [0, 1]. Worker"
+            " 10.0.0.7:30001 can only see these GPUs: [0].",
+            "gpu.worker_sees_no_listed_gpus",
+        ),
+        ("RuntimeError: [address=10.0.0.5:9997] No available worker found", "eng.no_worker_found"),
+        (
+            "[rank0]: EI0006: [PID: 1234] 2025-10-01-10:00:00.000.000 Getting socket times out."
+            " Reason: Remote Rank did not send the data in time. Transport init error. Reason:"
+            " [Create][DestLink]",
+            "nccl.other_ccl",
+        ),
+        (
+            "ConnectionAbortedError: Initialization failure from server:",
+            "gcs.ray_client_aborted",
+        ),
+        ("http.client.BadStatusLine: \x00\x00\x06\x04", "gcs.http_to_grpc_port"),
     ],
 )
 def test_signatures_on_lines_they_were_not_written_from(line, pattern, matcher):
     findings = diagnose_bytes(f"INFO 12-01 09:59:59 starting\n{line}\n".encode(), matcher)
     assert findings and findings[0].id == pattern, [f.id for f in findings]
+
+
+def test_a_placement_group_created_with_nothing_after_is_a_stall(matcher):
+    """vLLM creating its placement group as the last thing in the log is a finding; the same
+    line followed by the model loading, or by vLLM's own wait line, is not."""
+    created = (
+        "(EngineCore_DP0 pid=9) INFO 12-01 10:00:00 [ray_utils.py:335] No current placement"
+        " group found. Creating a new placement group.\n"
+    )
+    assert diagnose_bytes(created.encode(), matcher)[0].id == "gpu.pg_created_no_progress"
+    loaded = created + (
+        "(RayWorkerWrapper pid=7) INFO 12-01 10:01:00 [default_loader.py:262] Loading weights"
+        " took 12.1 seconds\n"
+    )
+    assert "gpu.pg_created_no_progress" not in [
+        f.id for f in diagnose_bytes(loaded.encode(), matcher)
+    ]
+    waiting = created + (
+        "(EngineCore_DP0 pid=9) INFO 12-01 10:00:10 [ray_utils.py:398] Waiting for creating a"
+        " placement group of specs for 10 seconds. specs=[{'GPU': 1.0, 'node:10.0.0.2': 0.001}]\n"
+    )
+    ids = [f.id for f in diagnose_bytes(waiting.encode(), matcher)]
+    assert "gpu.pg_created_no_progress" not in ids and ids, ids
+
+
+def test_killed_after_the_kv_cache_was_sized_is_out_of_memory(matcher):
+    """The shell's bare 'Killed' once vLLM sized its KV cache is the OOM killer (unified memory)."""
+    log = "INFO 01-23 07:34:26 gpu_executor.py:122] # GPU blocks: 2048, # CPU blocks: 512\nKilled\n"
+    findings = diagnose_bytes(log.encode(), matcher)
+    assert findings[0].category == "cuda_oom_kv_cache", [f.id for f in findings]
+    killed = diagnose_bytes(b"INFO 01-23 07:32:01 starting\nKilled\n", matcher)
+    assert killed[0].category == "ray_worker_died_segfault", [f.id for f in killed]
 
 
 def test_sharded_ranks_waiting_is_a_stall_until_a_shard_is_ready(matcher):
