@@ -319,6 +319,33 @@ def test_a_raylet_starved_before_it_lost_the_gcs_is_the_node_not_the_head(matche
             "gcs.ray_client_aborted",
         ),
         ("http.client.BadStatusLine: \x00\x00\x06\x04", "gcs.http_to_grpc_port"),
+        # round 12
+        (
+            "Error response from daemon: linux runtime spec devices: error gathering device"
+            ' information while adding custom device "/dev/nvidia-uvm": lstat /dev/nvidia-uvm:'
+            " no such file or directory",
+            "docker.device_missing",
+        ),
+        (
+            "RuntimeError: Request failed with status code 500: No available agent to submit"
+            " job, please try again later.",
+            "eng.ray_no_job_agent",
+        ),
+        (
+            "E1201 10:00:00.000 transfer_metadata.cpp:80] Unable to find metadata storage plugin"
+            " redis with conn string: redis://10.0.0.3:6379",
+            "eng.kv_transfer_metadata_plugin",
+        ),
+        (
+            "[W1201 10:00:00.1 socket.cpp:755] [c10d] The network addresses of (node-a.internal,"
+            " 29500) cannot be retrieved (gai error: -2 - Name or service not known).",
+            "gloo.c10d_host_unresolved",
+        ),
+        (
+            'ValueError: Got an unexpected Ray client address "10.0.0.2:8265" while trying to'
+            " connect to the Ray dashboard.",
+            "gcs.http_to_grpc_port",
+        ),
     ],
 )
 def test_signatures_on_lines_they_were_not_written_from(line, pattern, matcher):
@@ -374,3 +401,28 @@ def test_sharded_ranks_waiting_is_a_stall_until_a_shard_is_ready(matcher):
     assert "nccl.tgi_shard_never_ready" not in [
         f.id for f in diagnose_bytes(ready.encode(), matcher)
     ]
+
+
+def test_a_store_host_that_does_not_resolve_explains_the_failed_connection(matcher):
+    """c10d's failed store connection is a rendezvous (gloo) problem when the store's host name
+    did not resolve; alone it stays the store-connection finding."""
+    failed = (
+        "[W1008 23:40:22.8 socket.cpp:767] [c10d] The client socket has failed to connect to"
+        " [node-a.internal]:50745 (errno: 22 - Invalid argument).\n"
+    )
+    alone = diagnose_bytes(failed.encode(), matcher)
+    assert alone[0].id == "eng.store_connect", [f.id for f in alone]
+    unresolved = failed + (
+        "[W1008 23:40:22.7 socket.cpp:767] [c10d] The IPv6 network addresses of"
+        " (node-a.internal, 50745) cannot be retrieved (gai error: -2 - Name or service not"
+        " known).\n"
+    )
+    both = diagnose_bytes(unresolved.encode(), matcher)
+    assert both[0].category == "gloo_error", [f.id for f in both]
+
+
+def test_docker_inspect_saying_not_oom_killed_is_not_an_oom_kill(matcher):
+    state = '{"Status":"exited","Running":false,"OOMKilled":false,"Dead":false,"ExitCode":128}'
+    assert "ray.kernel_oom" not in [f.id for f in diagnose_bytes(state.encode(), matcher)]
+    killed = '{"Status":"exited","OOMKilled":true,"ExitCode":137}\nReason: OOMKilled\n'
+    assert diagnose_bytes(killed.encode(), matcher)[0].id == "ray.kernel_oom"
