@@ -17,7 +17,7 @@ CLOCK_MONOTONIC just before the key's bytes are written to the pty. In the child
 frame the app writes (`App._display`, which renders a compositor update to the terminal)
 is checked against that expectation, from what the frame itself was composed of: the
 filter box is (or is no longer) part of the compositor's last update, or the LogView
-lines drawn for this frame (`render_line`, called while the frame is composed) were drawn
+lines drawn for this frame (`render_lines`, called while the frame is composed) were drawn
 with the expected filter / findings-only / pinned state, after the key was armed. The time
 that frame has been handed to the driver, minus t0, is the key's latency (same clock).
 Figure: p99 (target ≤ 150 ms).
@@ -132,13 +132,13 @@ class _Probe:
         self.view = view = app.log_view
         self.screen = app.screen_stack[0]
         self.box = self.screen.query_one("#log-filter", Input)
-        render_line = view.render_line
+        render_lines = view.render_lines
 
-        def lv_render_line(y: int):
+        def lv_render_lines(crop):
             self.lv = (time.monotonic_ns(), view.filter_text, view.findings_only, view.pinned)
-            return render_line(y)
+            return render_lines(crop)
 
-        view.render_line = lv_render_line
+        view.render_lines = lv_render_lines
         display = app._display
 
         def _display(screen, renderable) -> None:
