@@ -346,6 +346,51 @@ def test_a_raylet_starved_before_it_lost_the_gcs_is_the_node_not_the_head(matche
             " connect to the Ray dashboard.",
             "gcs.http_to_grpc_port",
         ),
+        # round 13
+        (
+            "ERROR: modpost: GPL-incompatible module nvidia-uvm.ko uses GPL-only symbol"
+            " 'rcu_read_lock_strict'",
+            "arch.driver_module_build_failed",
+        ),
+        (
+            "(Worker_TP1 pid=70) /usr/bin/ld: cannot find -lcuda: No such file or directory",
+            "arch.linker_no_libcuda",
+        ),
+        ("not implemented: dtype=e4m3, is_fused_moe=0, sm=75", "arch.turbomind_kernel_missing"),
+        (
+            "DEBUG 12-01 10:00:00 [__init__.py:99] CUDA platform is not available because: NVML"
+            " Shared Library Not Found",
+            "docker.driver_libs_not_injected",
+        ),
+        ("sh: 1: ray: not found", "gcs.ray_not_installed"),
+        (
+            '  Warning  Evicted  2m  kubelet  Usage of EmptyDir volume "shm-volume" exceeds the'
+            ' limit "2Gi".',
+            "shm.k8s_emptydir_over_limit",
+        ),
+        (
+            "shm on /dev/shm type tmpfs (rw,nosuid,nodev,noexec,relatime,size=65536k)",
+            "shm.mount_is_64mb",
+        ),
+        (
+            "[2026-01-02 10:00:00] Error fetching prefill parallel info from bootstrap:"
+            " HTTPConnectionPool(host='10.0.0.5', port=8998): Max retries exceeded",
+            "eng.pd_bootstrap_unreachable",
+        ),
+        (
+            "RuntimeError: Failed: Assertion error /opt/DeepEP/csrc/deep_ep.cpp:40 'num_ranks >"
+            " NUM_MAX_NVL_PEERS or low_latency_mode'",
+            "gpu.deepep_internode_ranks",
+        ),
+        (
+            "[TM][FATAL] comm/device_comm.cc(28): Check failed: 0 Unknown communication backend:"
+            " nccl",
+            "nccl.no_backend_in_build",
+        ),
+        (
+            "WARN: device efa_0 is not enumerated as an mlx5 device. Skipping...",
+            "nccl.nvshmem_not_mlx5",
+        ),
     ],
 )
 def test_signatures_on_lines_they_were_not_written_from(line, pattern, matcher):
