@@ -250,12 +250,14 @@ def test_the_audit_can_see_a_mutating_command(healthy_lab):
 
 
 class SlowDoctorBackend(TestBackend):
-    """The doctor takes a while (as over SSH), so Esc can hide its progress first."""
+    """The doctor takes a while (as over SSH), so Esc can hide its progress first. Long
+    enough that a loaded machine's slow frames still see the progress while it runs (0.5 s
+    was missed once in CI, with the other core busy)."""
 
     __test__ = False
 
     async def execute(self, action, emit):
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(2.0)
         return await super().execute(action, emit)
 
 
