@@ -53,3 +53,29 @@ async def test_rows_scrolled_sideways_show_the_columns_scrolled_to():
             text = "".join(s.text for s in row)
             assert row.cell_length == width
             assert text == set_cell_size(("  " + line)[view.scroll_offset.x :], width)
+
+
+def _status(app: App) -> str:
+    from textual.widgets import Static
+
+    return str(app.query_one("#log-status", Static).content)
+
+
+async def test_the_status_line_catches_up_with_the_count_and_shows_a_pause_at_once():
+    """Under a flood the line count may lag (at most LogPane.STATUS_EVERY); it catches up,
+    and a change other than the count (following -> paused) shows at once."""
+    app = _App()
+    async with app.run_test(size=(120, 30)) as pilot:
+        pane = app.query_one(LogPane)
+        view = app.query_one(LogView)
+        view.add_lines("spark-1", LINES)
+        await pilot.pause()
+        for k in range(20):  # a burst, faster than the status redraws
+            view.add_lines("spark-1", [f"INFO burst {k}"])
+            pane.update_status()
+        total = len(view.entries)
+        await pilot.pause(pane.STATUS_EVERY + 0.2)
+        assert f"{total} lines" in _status(app)
+        view.follow = False
+        pane.update_status()
+        assert "paused" in _status(app)

@@ -274,7 +274,7 @@ def test_a_raylet_starved_before_it_lost_the_gcs_is_the_node_not_the_head(matche
         (
             "[rank3]: Last NCCL warning(error) log entry (may be unrelated) 'Error\n"
             "while creating shared memory segment /dev/shm/nccl-Ab12Cd (size 9637888)'",
-            "shm.nccl_segment_wrapped",
+            "shm.nccl_segment",
         ),
         (
             "E1201 error: failed to register output shared memory region: Unable to open shared"
