@@ -391,6 +391,64 @@ def test_a_raylet_starved_before_it_lost_the_gcs_is_the_node_not_the_head(matche
             "WARN: device efa_0 is not enumerated as an mlx5 device. Skipping...",
             "nccl.nvshmem_not_mlx5",
         ),
+        # round 14
+        (
+            "(EngineCore_DP0 pid=12) RuntimeError: Failed to infer device type",
+            "docker.no_device_in_container",
+        ),
+        (
+            "WARNING 12-01 10:00:00 [_custom_ops.py:21] Failed to import from vllm._C with"
+            " ImportError('libcuda.so.1: cannot open shared object file: No such file or directory')",
+            "docker.libcuda_missing",
+        ),
+        (
+            "/opt/nvshmem/src/host/init/init.cu:1012: non-zero status: 7 nvshmem detect topo failed",
+            "nccl.nvshmem_init_failed",
+        ),
+        (
+            "[node-2:401:0:455] Caught signal 11 (Segmentation fault: address not mapped to object"
+            " at address 0x8)\n 3 0x00000000000f2a1c nvshmemt_ibgda_progress()  :0",
+            "nccl.nvshmem_proxy_crash",
+        ),
+        (
+            "[rank3]: Error while attaching to shared memory segment /dev/shm/nccl-ab (size 0),"
+            " error: No such file or directory (2)",
+            "nccl.shm_descriptor_unreadable",
+        ),
+        (
+            "RuntimeError: Failed: CUDA error /workspace/DeepEP/csrc/deep_ep.cpp:301 'invalid"
+            " resource handle'",
+            "nccl.deepep_ipc_handle",
+        ),
+        (
+            "(RayTrainWorker pid=77, ip=10.0.0.3) node-1:77:90 [0] NCCL INFO NCCL_SOCKET_IFNAME"
+            " set by environment to ^lo,docker,veth",
+            "nccl.ray_train_default_ifname",
+        ),
+        ("ModuleNotFoundError: No module named 'ray.data.llm'", "gcs.ray_without_llm_modules"),
+        (
+            "(autoscaler +12s) The autoscaler could not find a node type to satisfy the request:"
+            " [{'CPU': 4.0}]. Please specify a node type with the necessary resources.",
+            "gcs.autoscaler_no_cpu_node_type",
+        ),
+        (
+            "{'node:__internal_implicit_resource_llm:LLMServer': 1.0, 'GPU': 1.0}: 1+ pending"
+            " tasks/actors",
+            "gcs.serve_implicit_resource",
+        ),
+        (
+            "RuntimeError: Remote engine 3 must not use --headless in external or hybrid dp lb mode",
+            "eng.multinode_flags_rejected",
+        ),
+        (
+            '(EngineCore_DP1 pid=9)     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(\n'
+            "IndexError: list index out of range",
+            "gpu.dp_devices_slice",
+        ),
+        (
+            "zmq.error.ZMQError: Cannot assign requested address (addr='tcp://10.0.0.1:5555')",
+            "eng.bind_wrong_address",
+        ),
     ],
 )
 def test_signatures_on_lines_they_were_not_written_from(line, pattern, matcher):
