@@ -449,6 +449,56 @@ def test_a_raylet_starved_before_it_lost_the_gcs_is_the_node_not_the_head(matche
             "zmq.error.ZMQError: Cannot assign requested address (addr='tcp://10.0.0.1:5555')",
             "eng.bind_wrong_address",
         ),
+        # round 15
+        (
+            "RuntimeError: CUDA error: device >= 0 && device < num_gpus INTERNAL ASSERT FAILED at"
+            ' "/pytorch/aten/src/ATen/cuda/CUDAContext.cpp":52',
+            "gpu.device_index_beyond_count",
+        ),
+        ("(LLMActor pid=88) KeyError: 'bundles'", "gpu.ray_actor_without_gpus"),
+        (
+            "OSError: [Errno 30] Read-only file system: '/opt/app/.cache/huggingface/hub'",
+            "docker.readonly_filesystem",
+        ),
+        (
+            "PermissionError: [Errno 13] Permission denied: '/.cache/vllm/torch_compile_cache'",
+            "docker.home_not_writable",
+        ),
+        (
+            "vllm: error while loading shared libraries: /root/.venv/lib/libpython3.12.so.1.0:"
+            " cannot open shared object file: Permission denied",
+            "docker.nonroot_cannot_read_install",
+        ),
+        ("1, GPU-8a2c, [N/A], [N/A]", "spark.nvidia_smi_memory_na"),
+        (
+            "Error: Failed to connect to etcd: transport error (os error 111)",
+            "eng.dynamo_runtime_unreachable",
+        ),
+        (
+            "ValueError: Selected backend AttentionBackendEnum.FLASHMLA is not valid for this"
+            " configuration. Reason: ['head_size not supported']",
+            "eng.attention_backend_invalid",
+        ),
+        (
+            '  File "/opt/vllm/vllm/v1/core/kv_cache_utils.py", line 998, in'
+            " unify_kv_cache_spec_page_size",
+            "eng.kv_page_size_unify",
+        ),
+        (
+            "RuntimeError: flashinfer-cubin version (0.5.2) does not match flashinfer version"
+            " (0.5.3). Please install the same version of both packages.",
+            "arch.flashinfer_cubin_mismatch",
+        ),
+        (
+            "(Worker_TP1 pid=7)     handle = torch_symm_mem.rendezvous(self.buffer,"
+            " self.group.group_name)",
+            "nccl.symm_mem_init",
+        ),
+        (
+            "INFO Rank 0 will connect to TCPStore server at trainer-0:29400\n"
+            "Error: host not found: Name or service not known",
+            "gloo.store_host_not_found",
+        ),
     ],
 )
 def test_signatures_on_lines_they_were_not_written_from(line, pattern, matcher):
