@@ -681,3 +681,41 @@ async def test_a_followed_log_keeps_its_newest_line_in_view_when_the_pane_shrink
             what=f"the view at its end (scroll {view.scroll_y} of {view.max_scroll_y})",
         )
         assert view.following
+
+
+async def test_a_batch_a_little_taller_than_the_pane_is_drawn_whole_over_two_frames(monkeypatch):
+    """More lines came since the last frame than the pane has rows (2k lines/s into 39 rows:
+    40 between some frames): the followed pane draws the oldest of them first and the rest
+    at the next frame, so no line passes unseen; a batch far taller than the pane (a flood
+    the screen cannot carry) still goes straight to its end."""
+    drawn: set[int] = set()
+    real = LogView.render_lines
+
+    def render_lines(self, crop):
+        _, top = self.scroll_offset
+        drawn.update(self.view[top + y].seq for y in crop.line_range if top + y < len(self.view))
+        return real(self, crop)
+
+    monkeypatch.setattr(LogView, "render_lines", render_lines)
+    app, backend = await make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        view = app.screen.query_one(LogView)
+        backend.feed([f"INFO line {i}" for i in range(10)])
+        await shown(pilot, view, 10)
+        await pilot.pause(0.3)
+        rows = view.size.height
+        first = view.received + 1
+        backend.feed([f"INFO batch line {i}" for i in range(rows + 5)])
+        await shown(pilot, view, 10 + rows + 5)
+        await wait_until(pilot, lambda: view.scroll_y == view.max_scroll_y, what="the end")
+        missed = [s for s in range(first, view.received + 1) if s not in drawn]
+        assert not missed, f"lines never drawn: {missed} (pane of {rows} rows)"
+        assert view.following
+        # far behind: the end at once, the lines between pass unseen
+        await pilot.pause(0.3)
+        first = view.received + 1
+        backend.feed([f"INFO flood line {i}" for i in range(3 * rows)])
+        await shown(pilot, view, view.received + 3 * rows)
+        await wait_until(pilot, lambda: view.scroll_y == view.max_scroll_y, what="the end")
+        assert first not in drawn and view.received in drawn
