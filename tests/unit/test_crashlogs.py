@@ -499,6 +499,43 @@ def test_a_raylet_starved_before_it_lost_the_gcs_is_the_node_not_the_head(matche
             "Error: host not found: Name or service not known",
             "gloo.store_host_not_found",
         ),
+        # round 16
+        (
+            "[W1201 10:00:00.1 socket.cpp:752] [c10d] The client socket cannot be initialized to"
+            " connect to [::1]:29400 (errno: 97 - Address family not supported by protocol).",
+            "gloo.ipv6_disabled_localhost",
+        ),
+        (
+            "ValueError: The hostname of the rendezvous endpoint ':29400' must be a dot-separated"
+            " list of labels, an IPv4 address, or an IPv6 address.",
+            "gloo.rdzv_endpoint_invalid",
+        ),
+        (
+            "[2025-01-02 10:00:00,000] [INFO] [runner.py:450:main] Using IP address of  for node"
+            " worker-0.train.svc",
+            "pg.deepspeed_master_ip_empty",
+        ),
+        (
+            "docker: Error response from daemon: failed to create task for container: failed to"
+            " create shim task: OCI runtime create failed: runc create failed: unable to start"
+            " container process: error during container init: error running hook #0: error"
+            " running hook: exit status 1, stdout: , stderr: nvidia-container-cli: device error:"
+            " 3: unknown device: unknown.",
+            "gpu.container_unknown_device",
+        ),
+        (
+            "  message: Pod Allocate failed due to pod 1b2c container ray-worker unable to find"
+            " GPU device allocation by scheduler",
+            "gpu.device_plugin_allocation_failed",
+        ),
+        (
+            "importlib.metadata.PackageNotFoundError: No package metadata was found for vllm",
+            "docker.vllm_not_installed",
+        ),
+        (
+            "(raylet) [2025-01-02 10:00:00,000 E 77 77] socket.cc:120: accept: Too many open files",
+            "gcs.open_files_limit",
+        ),
     ],
 )
 def test_signatures_on_lines_they_were_not_written_from(line, pattern, matcher):
