@@ -275,7 +275,7 @@ class LogView(ScrollView, can_focus=True):
         the last sync than the pane has rows, to the oldest of them not shown yet, and to the
         rest at the next frame: every line is on screen at least once while the screen can
         carry the rate. (2k lines/s into 39 rows: 40 lines came between some frames, and the
-        first of them never reached the terminal; 1-11 of 25 marked lines in the bench.)
+        first of them never reached the terminal; 1-6 of 25 marked lines in the bench.)
         Further behind than a pane's height, it jumps to the end: those lines pass unseen."""
         rows = max(1, self.size.height)
         end_top = max(0, len(self.view) - rows)
@@ -294,7 +294,6 @@ class LogView(ScrollView, can_focus=True):
             # scroll_end: it would land after a PageUp pressed meanwhile and pin the view
             # again. force: the first overflow's scrollbar only comes with that layout.
             self._behind = False
-            top = end_top
             self.scroll_end(animate=False, x_axis=False, immediate=True, force=True)
             self.call_after_refresh(self._settle)
 
