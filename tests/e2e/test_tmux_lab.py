@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from sparktui.core.node_logs import DOCKER_INITIAL_LINES
+
 pytestmark = [pytest.mark.lab, pytest.mark.tmux]
 
 WIDTH, HEIGHT = 160, 50
@@ -64,6 +66,19 @@ class Tmux:
             time.sleep(0.5)
         raise AssertionError(f"timed out waiting for {what or predicate}; screen:\n{text}")
 
+    def wait_stable(self, measure, timeout: float = 30.0, what: str = "", quiet: float = 3.0):
+        """Wait until `measure(screen)` is set and unchanged for `quiet` seconds."""
+        deadline = time.monotonic() + timeout
+        last, since = None, time.monotonic()
+        while time.monotonic() < deadline:
+            value = measure(self.screen())
+            if value is None or value != last:
+                last, since = value, time.monotonic()
+            elif time.monotonic() - since >= quiet:
+                return value
+            time.sleep(0.5)
+        raise AssertionError(f"{what or measure} still changing after {timeout} s: {last}")
+
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.sock, "kill-server"], capture_output=True, timeout=20)
 
@@ -91,6 +106,12 @@ def node_pane_rows(screen: str) -> str:
     return "\n".join(rows[start:end])
 
 
+def log_line_count(screen: str) -> int | None:
+    """The log pane's line count, from its status line ("● follow  35 lines")."""
+    m = re.search(r"follow\s+(\d+) lines", screen)
+    return int(m.group(1)) if m and int(m.group(1)) > 0 else None
+
+
 def pg_line(ip: str) -> str:
     """The real autoscaler line of the fixture, naming `ip` as vLLM's node."""
     line = next(
@@ -109,6 +130,12 @@ def console_env(tmp_path) -> dict[str, str]:
         "XDG_CONFIG_HOME": str(tmp_path / "config"),
         "PYTHONUNBUFFERED": "1",
     }
+
+
+def _docker_log_lines(lab, node) -> int:
+    """How many lines the console's follower of `node`'s container log starts with."""
+    r = lab.sh(node, f"docker logs --tail {DOCKER_INITIAL_LINES} {lab.container} 2>&1 | wc -l")
+    return int(r.stdout.strip())
 
 
 def _containers(lab) -> dict[str, str]:
@@ -144,7 +171,17 @@ def test_console_in_tmux_against_the_lab(lab_worker_only, console_env, tmp_path)
         assert "MISMATCH" not in right
         assert "READ-ONLY" not in screen.splitlines()[0]
 
-        # 2. a crash line appended to the head's vLLM log: highlighted, with its fix
+        # 2. a crash line appended to the head's vLLM log: highlighted, with its fix. The
+        # other nodes' logs start once a worker is probed, each with its container's last
+        # lines: appended before those came, the line was pushed out of the pane by them
+        # (CI: 34 lines of `ray start` output after it, in a pane of 21 rows)
+        backlog = sum(_docker_log_lines(lab, n) for n in lab.nodes)
+        rw.wait_for(
+            lambda s: (log_line_count(s) or 0) >= backlog,
+            timeout=60,
+            what=f"the {backlog} lines of the containers' logs in the log pane",
+        )
+        rw.wait_stable(log_line_count, timeout=30, what="the log pane's line count")
         line = pg_line(head.ic_ip)
         lab.append_line(head, log_path, line)
         screen = rw.wait_for(
