@@ -536,6 +536,50 @@ def test_a_raylet_starved_before_it_lost_the_gcs_is_the_node_not_the_head(matche
             "(raylet) [2025-01-02 10:00:00,000 E 77 77] socket.cc:120: accept: Too many open files",
             "gcs.open_files_limit",
         ),
+        # round 17
+        (
+            "[rank3]: torch.distributed.DistStoreError: use_libuv was requested but PyTorch was"
+            " built without libuv support, run with USE_LIBUV=0 to disable it.",
+            "gloo.tcpstore_no_libuv",
+        ),
+        (
+            "    raise RendezvousTimeoutError()\n"
+            "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
+            "gloo.elastic_rendezvous_timeout",
+        ),
+        (
+            "(EngineCore_DP2 pid=311) RuntimeError: DeepEP error: timeout (combine)",
+            "nccl.deepep_timeout",
+        ),
+        (
+            "E0101 12:00:00.000 77 hpack_parser.cc:999] Error parsing metadata: error=invalid value"
+            " key=content-type value=text/html",
+            "gcs.grpc_proxy_html",
+        ),
+        (
+            "[1,0]<stderr>:ERROR: Task 0 declared addresses {'eth0': [('10.244.1.7', 4000)]}, but"
+            " has connected from a different address 10.244.1.1. This is not supported.",
+            "pg.peer_connected_from_other_address",
+        ),
+        (
+            "(VllmWorker rank=1 pid=99) AttributeError: module 'cutlass.cute' has no attribute"
+            " 'make_fragment_like'",
+            "arch.cutlass_dsl_mismatch",
+        ),
+        (
+            "E1201 10:00:00.000000 1 main.go:123] error getting device memory info: Insufficient"
+            " Permissions",
+            "docker.nvml_insufficient_permissions",
+        ),
+        (
+            "[2026-01-02 00:00:00,000] LMCache WARNING: Failed to allocate memory for tensor(torch."
+            "Size([2, 32, 256, 128]), torch.float16) because no memory is available",
+            "kv.offload_buffer_full",
+        ),
+        (
+            "ValueError: world size is 8, but only 4 GPUs are selected",
+            "gpu.world_size_over_selected",
+        ),
     ],
 )
 def test_signatures_on_lines_they_were_not_written_from(line, pattern, matcher):
@@ -594,8 +638,8 @@ def test_sharded_ranks_waiting_is_a_stall_until_a_shard_is_ready(matcher):
 
 
 def test_a_store_host_that_does_not_resolve_explains_the_failed_connection(matcher):
-    """c10d's failed store connection is a rendezvous (gloo) problem when the store's host name
-    did not resolve; alone it stays the store-connection finding."""
+    """c10d's failed store connection is a rendezvous (gloo) problem, alone and when the store's
+    host name did not resolve."""
     failed = (
         "[W1008 23:40:22.8 socket.cpp:767] [c10d] The client socket has failed to connect to"
         " [node-a.internal]:50745 (errno: 22 - Invalid argument).\n"
