@@ -204,6 +204,8 @@ class Pattern(_Frozen):
     fix: Strs
     links: Links = ()
     silent: bool = False
+    catch_all: bool = False
+    """On a line where another pattern of its category also matched, that one is the finding."""
     enabled: bool = True
     unless_later: Annotated[tuple[str, ...], BeforeValidator(lambda v: _strs(v) if v else ())] = ()
     """Absence: the hit counts only if none of these pattern ids matches later in the log."""

@@ -229,7 +229,12 @@ def triage(
             groups[cat] = _Group(cat, ev, p.role, [ev])
             continue
         g.members.append(ev)
-        if (ROLE_RANK[p.role], ev.first.line) < (ROLE_RANK[g.role], g.best.first.line):
+        best = g.best.first
+        if (ROLE_RANK[p.role], ev.first.line, p.catch_all) < (
+            ROLE_RANK[g.role],
+            best.line,
+            best.pattern.catch_all,
+        ):
             g.best, g.role = ev, p.role
 
     def key(g: _Group) -> tuple:

@@ -660,3 +660,12 @@ def test_docker_inspect_saying_not_oom_killed_is_not_an_oom_kill(matcher):
     assert "ray.kernel_oom" not in [f.id for f in diagnose_bytes(state.encode(), matcher)]
     killed = '{"Status":"exited","OOMKilled":true,"ExitCode":137}\nReason: OOMKilled\n'
     assert diagnose_bytes(killed.encode(), matcher)[0].id == "ray.kernel_oom"
+
+
+def test_a_specific_nccl_message_on_a_warn_line_is_named_by_its_pattern(matcher):
+    """`nccl.warn` (any NCCL WARN line) is a catch-all: the specific pattern on its line names
+    the finding, with its own fix; a WARN that nothing else knows stays nccl.warn."""
+    known = "node1:123:456 [0] bootstrap.cc:140 NCCL WARN Message truncated : received 1024 bytes instead of 256"
+    unknown = "node1:123:456 [0] misc.cc:77 NCCL WARN a message no pattern knows"
+    assert diagnose_bytes(f"{known}\n".encode(), matcher)[0].id == "nccl.message_truncated"
+    assert diagnose_bytes(f"{unknown}\n".encode(), matcher)[0].id == "nccl.warn"
