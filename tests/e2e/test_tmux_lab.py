@@ -66,19 +66,6 @@ class Tmux:
             time.sleep(0.5)
         raise AssertionError(f"timed out waiting for {what or predicate}; screen:\n{text}")
 
-    def wait_stable(self, measure, timeout: float = 30.0, what: str = "", quiet: float = 3.0):
-        """Wait until `measure(screen)` is set and unchanged for `quiet` seconds."""
-        deadline = time.monotonic() + timeout
-        last, since = None, time.monotonic()
-        while time.monotonic() < deadline:
-            value = measure(self.screen())
-            if value is None or value != last:
-                last, since = value, time.monotonic()
-            elif time.monotonic() - since >= quiet:
-                return value
-            time.sleep(0.5)
-        raise AssertionError(f"{what or measure} still changing after {timeout} s: {last}")
-
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.sock, "kill-server"], capture_output=True, timeout=20)
 
@@ -106,10 +93,10 @@ def node_pane_rows(screen: str) -> str:
     return "\n".join(rows[start:end])
 
 
-def log_line_count(screen: str) -> int | None:
+def log_line_count(screen: str) -> int:
     """The log pane's line count, from its status line ("● follow  35 lines")."""
     m = re.search(r"follow\s+(\d+) lines", screen)
-    return int(m.group(1)) if m and int(m.group(1)) > 0 else None
+    return int(m.group(1)) if m else 0
 
 
 def pg_line(ip: str) -> str:
@@ -177,11 +164,10 @@ def test_console_in_tmux_against_the_lab(lab_worker_only, console_env, tmp_path)
         # (CI: 34 lines of `ray start` output after it, in a pane of 21 rows)
         backlog = sum(_docker_log_lines(lab, n) for n in lab.nodes)
         rw.wait_for(
-            lambda s: (log_line_count(s) or 0) >= backlog,
+            lambda s: log_line_count(s) >= backlog,
             timeout=60,
             what=f"the {backlog} lines of the containers' logs in the log pane",
         )
-        rw.wait_stable(log_line_count, timeout=30, what="the log pane's line count")
         line = pg_line(head.ic_ip)
         lab.append_line(head, log_path, line)
         screen = rw.wait_for(

@@ -17,7 +17,11 @@ import pytest
 from sparktui.knowledge import Matcher, diagnose_bytes, load_builtin
 
 TSV = Path(__file__).resolve().parent.parent / "fixtures" / "source_signatures.tsv"
-ROWS = [r for r in csv.reader(TSV.open(encoding="utf-8"), delimiter="\t") if r and r[0][0] != "#"]
+ROWS = [
+    r
+    for r in csv.reader(TSV.read_text("utf-8").splitlines(), delimiter="\t")
+    if r and r[0][0] != "#"
+]
 PREFIXES = ["", "(RayWorkerWrapper pid=4242, ip=10.0.0.2) ", "2026-01-01T00:00:00.000Z "]
 
 
@@ -34,7 +38,7 @@ def test_every_source_signature_names_its_source(matcher):
         assert line.strip() and source.strip(), (pattern, source)
 
 
-@pytest.mark.parametrize("pattern, line, source", ROWS, ids=[f"{r[0]}" for r in ROWS])
+@pytest.mark.parametrize("pattern, line, source", ROWS, ids=[r[0] for r in ROWS])
 def test_a_source_message_is_named_by_its_pattern(pattern, line, source, matcher):
     for prefix in PREFIXES:
         log = f"INFO 12-01 09:59:59 starting\n{prefix}{line}\n"
