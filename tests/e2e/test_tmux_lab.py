@@ -161,7 +161,7 @@ def test_console_in_tmux_against_the_lab(lab_worker_only, console_env, tmp_path)
         # 2. a crash line appended to the head's vLLM log: highlighted, with its fix. The
         # other nodes' logs start once a worker is probed, each with its container's last
         # lines: appended before those came, the line was pushed out of the pane by them
-        # (CI: 34 lines of `ray start` output after it, in a pane of 21 rows)
+        # (CI: 34 lines of `ray start` output came after it, more than the pane has rows)
         backlog = sum(_docker_log_lines(lab, n) for n in lab.nodes)
         rw.wait_for(
             lambda s: log_line_count(s) >= backlog,
